@@ -1,0 +1,47 @@
+"""soba_notebook: a long-lived coding agent inside Jupyter that never silently drops history.
+
+``%load_ext soba_notebook`` registers the magics (``%soba``, ``%compact``, ``%budget``,
+``%auto_compact``, ``%capsule``). The core below the notebook layer is UI-free and importable
+on its own: sessions, tokens, budget, compaction, providers, agent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .budget import BudgetCheck, BudgetTracker, hard_limit, soft_limit
+from .config import SobaConfig, load_config
+from .errors import ConfigError, SessionError, SobaError
+from .session import Entry, SessionStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BudgetCheck",
+    "BudgetTracker",
+    "ConfigError",
+    "Entry",
+    "SessionError",
+    "SessionStore",
+    "SobaConfig",
+    "SobaError",
+    "__version__",
+    "hard_limit",
+    "load_config",
+    "load_ipython_extension",
+    "soft_limit",
+    "unload_ipython_extension",
+]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext soba_notebook``: register the magics on ``ipython``."""
+    from .notebook import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    from .notebook import unload_ipython_extension as unload
+
+    unload(ipython)

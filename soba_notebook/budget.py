@@ -1,0 +1,142 @@
+"""Token budget: the seed's hard and soft limits, and what the next request will cost.
+
+``hard_limit`` and ``soft_limit`` are the seed's formulas (section 5), pure. A
+:class:`BudgetTracker` measures the *effective tokens* of the next request incrementally: it
+remembers how far along the session path it has counted, so a check costs O(entries appended
+since the last check), not O(history).
+
+Measurement source (DESIGN.md, "Budget"): ``provider_usage`` when the latest assistant reply on
+the current model input reported usage for a request whose input is a prefix of this one (same
+capsule in force), plus an estimate of what was appended since; otherwise ``estimated``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .session.entries import Entry
+from .session.store import SessionStore
+from .tokens import REPLY_PRIMING, TokenCounter
+
+__all__ = ["BudgetCheck", "BudgetTracker", "hard_limit", "soft_limit"]
+
+
+def hard_limit(context_window: int, max_output_tokens: int, safety_reserve_tokens: int) -> int:
+    """``contextWindow - maxOutputTokens - safetyReserveTokens`` (65000/8000/8192 -> 48808)."""
+    return context_window - max_output_tokens - safety_reserve_tokens
+
+
+def soft_limit(hard_limit: int, min_tokens_for_auto_compact: int, auto_compact_threshold_ratio: float) -> int:
+    """``min(hard - 1, max(minTokensForAutoCompact, floor(hard * ratio)))`` (48808 -> 39046)."""
+    return min(hard_limit - 1, max(min_tokens_for_auto_compact, math.floor(hard_limit * auto_compact_threshold_ratio)))
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetCheck:
+    """The budget of the next request, as measured before an inference."""
+
+    effective: int
+    hard_limit: int
+    soft_limit: int
+    context_window: int
+    source: str  # "provider_usage" | "estimated"
+    estimated: int  # our own (calibrated) estimate, whatever the source
+    context_key: str
+    leaf_id: str | None
+
+    @property
+    def over_hard(self) -> bool:
+        return self.effective > self.hard_limit
+
+    @property
+    def over_soft(self) -> bool:
+        return self.effective >= self.soft_limit
+
+    def to_event(self) -> dict[str, object]:
+        return {"effective": self.effective, "hard_limit": self.hard_limit, "soft_limit": self.soft_limit,
+                "context_window": self.context_window, "source": self.source}
+
+
+class BudgetTracker:
+    """Incremental effective-token measurement for one session store.
+
+    ``base_tokens`` is what every request carries besides history (system prompt and tool
+    schemas); ``capsule_tokens`` measures a capsule entry as rendered for the model (injected, as
+    rendering belongs to the compaction layer above).
+    """
+
+    def __init__(self, store: SessionStore, counter: TokenCounter, *, context_window: int, hard: int, soft: int,
+                 base_tokens: int = 0, capsule_tokens: Callable[[Entry], int] | None = None) -> None:
+        self.store = store
+        self.counter = counter
+        self.context_window = context_window
+        self.hard = hard
+        self.soft = soft
+        self.base_tokens = base_tokens
+        self._capsule_tokens = capsule_tokens or (lambda e: counter.count_text(str(e.data.get("state", ""))))
+        self._reset()
+
+    def _reset(self) -> None:
+        self._path: list[str] | None = None
+        self._seen = 0
+        self._cum: list[int] = [0]
+        self._start = 0
+        self._capsule: Entry | None = None
+        self._capsule_cost = 0
+        self._usage_pos: int | None = None
+
+    def invalidate(self) -> None:
+        """Forget everything (after a config change that alters counts)."""
+        self._reset()
+
+    @property
+    def context_key(self) -> str:
+        return f"capsule:{self._capsule.id}" if self._capsule is not None else "root"
+
+    def _catch_up(self) -> None:
+        path = self.store.path_ids()
+        if path is not self._path or len(path) < self._seen:
+            self._reset()
+            self._path = path
+        get = self.store.get
+        count = self.counter.count_entry
+        cum = self._cum
+        for pos in range(self._seen, len(path)):
+            entry = get(path[pos])
+            cum.append(cum[-1] + count(entry))
+            if entry.type == "capsule":
+                self._capsule = entry
+                self._capsule_cost = self._capsule_tokens(entry)
+                first = entry.data.get("firstKeptEntryId")
+                fk = self.store.path_position(first) if isinstance(first, str) else None
+                self._start = fk if fk is not None and fk < pos else pos + 1
+                self._usage_pos = None
+            elif entry.role == "assistant" and entry.message.get("usage") is not None \
+                    and entry.message.get("contextKey") in (None, self.context_key):
+                self._usage_pos = pos
+        self._seen = len(path)
+
+    def estimate_raw(self) -> int:
+        """Uncalibrated estimate of the whole next request."""
+        self._catch_up()
+        return self.base_tokens + self._capsule_cost + (self._cum[-1] - self._cum[self._start]) + REPLY_PRIMING
+
+    def check(self) -> BudgetCheck:
+        self._catch_up()
+        estimate = self.counter.calibrated(self.estimate_raw())
+        effective, source = estimate, "estimated"
+        pos = self._usage_pos
+        if pos is not None and pos >= self._start:
+            usage = self.store.get(self._path[pos]).usage  # type: ignore[index]
+            if usage is not None and usage.prompt_tokens > 0:
+                appended = self._cum[-1] - self._cum[pos]  # the reply itself and everything after it
+                effective = usage.prompt_tokens + self.counter.calibrated(appended)
+                source = "provider_usage"
+        return BudgetCheck(effective, self.hard, self.soft, self.context_window, source, estimate,
+                           self.context_key, self.store.leaf_id)
+
+    def observe_usage(self, estimated_prompt: int, reported_prompt: int) -> None:
+        """Feed one provider response into the tokenizer calibration."""
+        self.counter.observe_usage(estimated_prompt, reported_prompt)

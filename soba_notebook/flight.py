@@ -1,0 +1,80 @@
+"""Flight records: one JSON line per compaction operation and per inference budget check.
+
+``.soba/flight.jsonl`` is for diagnosis and analysis (``views.flight_records``). A record holds
+ids, triggers, limits, outcomes, durations and token figures; never summary text, never a
+secret. Records are written with one ``write`` under an exclusive lock, like the session store.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .events import Event
+from .session.entries import now_iso
+
+__all__ = ["FORBIDDEN_FIELDS", "FlightRecorder", "read_flight_records"]
+
+#: Fields that would leak what a capsule says; a record carrying one is refused.
+FORBIDDEN_FIELDS = frozenset({"summary", "state", "text", "content", "capsule", "rendered", "prompt"})
+
+
+class FlightRecorder:
+    """Appends records to a JSONL file; subscribe it to an EventBus to record operations."""
+
+    def __init__(self, path: str | os.PathLike[str], session_id: str | None = None) -> None:
+        self.path = Path(path)
+        self.session_id = session_id
+        self._lock = threading.Lock()
+
+    def record(self, kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+        leaked = FORBIDDEN_FIELDS.intersection(fields)
+        if leaked:
+            raise ValueError(f"flight records never hold summary contents; refusing fields {sorted(leaked)}")
+        rec: dict[str, Any] = {"kind": kind, "ts": now_iso(), "sessionId": self.session_id, **fields}
+        line = (json.dumps(rec, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        return rec
+
+    def __call__(self, event: Event) -> None:
+        """EventBus subscriber: compaction ends and budget checks become records."""
+        if event.type == "compaction_end":
+            self.record("compaction", {k: v for k, v in event.data.items() if k not in FORBIDDEN_FIELDS})
+        elif event.type == "budget":
+            self.record("budget", {k: v for k, v in event.data.items() if k not in FORBIDDEN_FIELDS})
+
+
+def read_flight_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """All complete records in ``path``; a torn or corrupt line is skipped with a warning."""
+    import warnings
+
+    out: list[dict[str, Any]] = []
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return out
+    end = raw.rfind(b"\n") + 1
+    for n, line in enumerate(raw[:end].split(b"\n")[:-1], start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            warnings.warn(f"{path}:{n}: not valid JSON; flight record skipped", RuntimeWarning, stacklevel=2)
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
+    return out

@@ -1,0 +1,236 @@
+"""The provider interface: what the agent asks a model, and what it gets back.
+
+Everything above ``providers/`` talks to a model only through these values: a
+:class:`ModelRequest` built from provider-neutral message dicts (the same shape as
+``Entry.message`` in :mod:`soba_notebook.session.entries`), streamed :class:`StreamEvent` values
+while the answer arrives, and one :class:`ModelResponse` at the end. The wire formats (OpenAI chat
+completions, Anthropic messages) live in their own modules; the scripted offline model implements
+the same :class:`Provider` protocol.
+
+This module also owns the wire-independent repair of a message list
+(:func:`repair_tool_pairing`), because both wires reject the same broken shapes: a tool result
+whose call is not in the request, or a tool call that is never answered. Such orphans can appear
+after a rewind, a crash between a call and its result, or a hand-edited transcript. They are never
+dropped silently: each becomes a plain text note the model can still read.
+
+Neutral messages::
+
+    {"role": "user", "content": str}
+    {"role": "assistant", "content": str, "toolCalls": [{"id", "name", "arguments": dict}],
+     "thinking"?: str}
+    {"role": "tool", "toolCallId": str, "name": str, "content": str, "isError"?: bool}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from soba_notebook.session.entries import ToolCall, Usage
+
+__all__ = [
+    "STREAM_EVENT_KINDS",
+    "ModelRequest",
+    "ModelResponse",
+    "Provider",
+    "StreamEvent",
+    "ToolSpec",
+    "message_text",
+    "parse_tool_arguments",
+    "repair_tool_pairing",
+]
+
+#: Every kind a :class:`StreamEvent` may have. ``data`` per kind:
+#: ``text`` / ``thinking``: ``{"text": delta}``;
+#: ``tool_call_start``: ``{"index", "id", "name"}``;
+#: ``tool_call_delta``: ``{"index", "arguments": fragment of the JSON text}``;
+#: ``usage``: ``Usage.to_json()`` (sent once, when the provider reported it);
+#: ``retry``: ``{"provider", "attempt", "maxRetries", "delay", "status", "reason"}`` before sleeping.
+STREAM_EVENT_KINDS = frozenset({"text", "thinking", "tool_call_start", "tool_call_delta", "usage", "retry"})
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool the model may call. ``parameters`` is a JSON-schema object."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """One inference. ``messages`` are provider-neutral dicts (module docstring).
+
+    ``purpose`` is ``"agent"`` or ``"summarize"``; the scripted model uses it to pick a reply,
+    real providers ignore it.
+    """
+
+    model: str
+    system: str
+    messages: tuple[Mapping[str, Any], ...]
+    tools: tuple[ToolSpec, ...] = ()
+    max_output_tokens: int = 4096
+    temperature: float | None = None
+    purpose: str = "agent"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """A piece of the answer while it streams; see :data:`STREAM_EVENT_KINDS` for ``data``."""
+
+    kind: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    """The complete answer.
+
+    ``tool_calls`` carry parsed argument dicts; arguments that were not a JSON object arrive as
+    ``{"_raw_arguments": text}`` (see :func:`parse_tool_arguments`) so the tool layer can report
+    the problem to the model instead of running the tool with guessed values. ``usage`` is
+    normalized (``input`` excludes cached tokens). ``stop_reason`` is ``"stop"``, ``"tool_use"``,
+    ``"length"`` or the provider's raw value for anything else.
+    """
+
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    usage: Usage | None
+    stop_reason: str | None
+    model: str | None
+    thinking: str = ""
+    provider: str = ""
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """What the agent needs from a model backend."""
+
+    name: str      # "openai" | "anthropic" | "scripted"
+    label: str     # human readable, e.g. "OpenAI-compatible · gpt-4o-mini @ https://api.openai.com/v1"
+    offline: bool  # True only for the scripted model
+
+    async def complete(self, request: ModelRequest, *,
+                       on_event: Callable[[StreamEvent], None] | None = None) -> ModelResponse: ...
+
+    async def aclose(self) -> None: ...
+
+
+# -- helpers shared by the wire modules --------------------------------------------------------------
+
+def message_text(value: Any) -> str:
+    """The text of a neutral ``content`` field: strings as they are, ``None`` as ``""``, anything
+    else as JSON (a defensive fallback; the transcript stores strings)."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
+    """Turn streamed argument text into a dict.
+
+    Empty text means "no arguments" (``{}``). Text that is not a JSON object is kept verbatim
+    under ``"_raw_arguments"`` rather than replaced by a guess.
+    """
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    if raw is None or not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"_raw_arguments": raw}
+    return value if isinstance(value, dict) else {"_raw_arguments": raw}
+
+
+def _calls_of(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    calls = message.get("toolCalls") or ()
+    out: list[dict[str, Any]] = []
+    if not isinstance(calls, Sequence) or isinstance(calls, str):
+        return out
+    for call in calls:
+        if isinstance(call, Mapping):
+            args = call.get("arguments")
+            out.append({"id": str(call.get("id") or ""), "name": str(call.get("name") or ""),
+                        "arguments": dict(args) if isinstance(args, Mapping) else {}})
+    return out
+
+
+def _unanswered_note(call: Mapping[str, Any]) -> str:
+    args = json.dumps(call["arguments"], ensure_ascii=False, sort_keys=True, default=str)
+    return f"[tool call {call['name']} (id {call['id']}) with arguments {args} has no recorded result]"
+
+
+def _orphan_note(message: Mapping[str, Any]) -> str:
+    name = message.get("name") or "unknown tool"
+    call_id = message.get("toolCallId") or "?"
+    status = "error " if message.get("isError") else ""
+    return (f"[{status}result of tool {name} (call {call_id}); its call is not in this context]\n"
+            f"{message_text(message.get('content'))}")
+
+
+def repair_tool_pairing(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Return a copy of ``messages`` in which every tool call is answered and every result answers.
+
+    Rules (pure; the transcript is never changed, only the request):
+
+    * The results of an assistant message's tool calls are looked for among the ``tool`` messages
+      after it, up to the next assistant message, and moved to directly after it (in their original
+      order), because both wires require the results to follow their calls immediately. Messages
+      that sat in between (a queued user message) keep their order after the results.
+    * A call without a result there (interrupted turn, rewind) is removed from ``toolCalls`` and
+      described in the assistant's text: ``[tool call NAME (id ID) with arguments {...} has no
+      recorded result]``. A second call reusing an id already used in the same message is treated
+      the same way.
+    * A tool result that no earlier assistant call claims becomes a user message
+      ``[result of tool NAME (call ID); its call is not in this context]`` followed by its content.
+    * Messages of any other role pass through unchanged (copied).
+    """
+    msgs = [dict(m) for m in messages]
+    placed: set[int] = set()
+    out: list[dict[str, Any]] = []
+    for i, message in enumerate(msgs):
+        if i in placed:
+            continue
+        role = message.get("role")
+        if role == "tool":
+            out.append({"role": "user", "content": _orphan_note(message)})
+            continue
+        calls = _calls_of(message) if role == "assistant" else []
+        if not calls:
+            out.append(message)
+            continue
+        wanted: dict[str, dict[str, Any]] = {}
+        duplicates: list[dict[str, Any]] = []
+        for call in calls:
+            if call["id"] in wanted:
+                duplicates.append(call)
+            else:
+                wanted[call["id"]] = call
+        found: dict[str, int] = {}
+        for j in range(i + 1, len(msgs)):
+            other = msgs[j]
+            if other.get("role") == "assistant":
+                break
+            call_id = other.get("toolCallId")
+            if (other.get("role") == "tool" and j not in placed and isinstance(call_id, str)
+                    and call_id in wanted and call_id not in found):
+                found[call_id] = j
+        answered = [c for c in wanted.values() if c["id"] in found]
+        missing = [c for c in wanted.values() if c["id"] not in found] + duplicates
+        repaired = dict(message)
+        repaired["toolCalls"] = answered
+        if missing:
+            text = message_text(message.get("content"))
+            notes = "\n".join(_unanswered_note(c) for c in missing)
+            repaired["content"] = f"{text}\n\n{notes}" if text else notes
+        out.append(repaired)
+        for j in sorted(found.values()):
+            placed.add(j)
+            out.append(msgs[j])
+    return out

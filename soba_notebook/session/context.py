@@ -1,0 +1,79 @@
+"""What the model sees: the latest capsule on the leaf's path plus its retained tail.
+
+Pure functions over a root-to-leaf path (DESIGN.md, "Model input"). Older capsules stay in the
+transcript but never enter the request; entries that are not model input (leaf markers,
+checkpoints, config changes, unknown types from newer versions) are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .entries import Entry
+
+__all__ = ["ModelContext", "build_context", "context_key", "latest_capsule_index", "pair_problems"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelContext:
+    """The model input selected from a path: capsule in force (if any) and the messages after it."""
+
+    capsule: Entry | None
+    messages: tuple[Entry, ...]
+    first_kept_index: int  # index on the path where the verbatim part starts
+    key: str
+
+    @property
+    def message_dicts(self) -> list[Mapping[str, Any]]:
+        return [e.message for e in self.messages]
+
+
+def latest_capsule_index(path: Sequence[Entry]) -> int | None:
+    for i in range(len(path) - 1, -1, -1):
+        if path[i].type == "capsule":
+            return i
+    return None
+
+
+def context_key(capsule: Entry | None) -> str:
+    """Identifies the model-input prefix: same key means the request grew only by appending."""
+    return f"capsule:{capsule.id}" if capsule is not None else "root"
+
+
+def build_context(path: Sequence[Entry]) -> ModelContext:
+    """Select model input from ``path`` (root to leaf), per the seed's section 2.1."""
+    cap_i = latest_capsule_index(path)
+    if cap_i is None:
+        start, capsule = 0, None
+    else:
+        capsule = path[cap_i]
+        first_kept = capsule.data.get("firstKeptEntryId")
+        start = cap_i + 1
+        if isinstance(first_kept, str):
+            for i in range(cap_i - 1, -1, -1):
+                if path[i].id == first_kept:
+                    start = i
+                    break
+    messages = tuple(e for e in path[start:] if e.is_model_input)
+    return ModelContext(capsule, messages, start, context_key(capsule))
+
+
+def pair_problems(messages: Sequence[Entry]) -> list[str]:
+    """Broken tool pairs in ``messages``: results without their call, calls without a result."""
+    problems: list[str] = []
+    open_calls: dict[str, str] = {}
+    seen_calls: set[str] = set()
+    for e in messages:
+        if e.role == "assistant":
+            for call in e.tool_calls:
+                open_calls[call.id] = e.id or "?"
+                seen_calls.add(call.id)
+        elif e.role == "tool":
+            cid = e.tool_call_id or ""
+            if cid not in seen_calls:
+                problems.append(f"tool result {e.id} has no call {cid!r} before it")
+            open_calls.pop(cid, None)
+    problems.extend(f"tool call {cid!r} in {eid} has no result" for cid, eid in open_calls.items())
+    return problems

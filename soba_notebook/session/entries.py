@@ -1,0 +1,208 @@
+"""Transcript entries: the values the session tree is made of, and their stored JSON form.
+
+An :class:`Entry` is one line of a session file. Its common fields (``type``, ``id``,
+``parentId``, ``ts``) are attributes; everything type-specific lives in ``data``, kept in exactly
+the camelCase JSON form that goes on disk, so an entry of a type this version does not know
+survives a round trip untouched.
+
+Messages are provider-neutral: a ``message`` entry holds ``{"role": "user" | "assistant" |
+"tool", ...}``. Providers translate to and from their wire formats; nothing here knows them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = [
+    "MESSAGE_TYPES_FOR_MODEL",
+    "Entry",
+    "ToolCall",
+    "Usage",
+    "assistant_message",
+    "checkpoint",
+    "config_change",
+    "leaf_marker",
+    "new_id",
+    "now_iso",
+    "tool_result",
+    "user_message",
+]
+
+#: Entry types that carry model input. Everything else (leaf, checkpoint, config, unknown types
+#: from a newer version) is kept in the transcript but never sent to the model.
+MESSAGE_TYPES_FOR_MODEL = frozenset({"message"})
+
+
+def new_id(prefix: str = "") -> str:
+    """A fresh entry id: 64 random bits, hex, so 100k-entry sessions never collide in practice."""
+    return prefix + secrets.token_hex(8)
+
+
+def now_iso(moment: datetime | None = None) -> str:
+    """UTC timestamp with milliseconds, the form every entry's ``ts`` uses."""
+    moment = moment or datetime.now(UTC)
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool invocation requested by the model."""
+
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> ToolCall:
+        args = raw.get("arguments")
+        return cls(str(raw.get("id", "")), str(raw.get("name", "")), args if isinstance(args, dict) else {})
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Provider-reported token usage of one inference, normalized across providers.
+
+    ``input`` excludes cached tokens; the prompt the provider saw is
+    ``input + cache_read + cache_write`` (this is how pi and Anthropic report it; OpenAI-style
+    providers report cached tokens inside ``prompt_tokens`` and are normalized on the way in).
+    """
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.input + self.cache_read + self.cache_write
+
+    def to_json(self) -> dict[str, int]:
+        return {"input": self.input, "output": self.output, "cacheRead": self.cache_read,
+                "cacheWrite": self.cache_write}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any] | None) -> Usage | None:
+        if not isinstance(raw, Mapping):
+            return None
+
+        def num(key: str) -> int:
+            value = raw.get(key, 0)
+            return int(value) if isinstance(value, int | float) and value >= 0 else 0
+
+        return cls(num("input"), num("output"), num("cacheRead"), num("cacheWrite"))
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One transcript line. ``data`` is the type-specific payload in its stored JSON form.
+
+    ``line`` is where the entry was read from (1-based, header is line 1); it is not stored and
+    takes no part in equality, it only lets error messages point at the file.
+    """
+
+    type: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+    id: str | None = None
+    parent_id: str | None = None
+    ts: str | None = None
+    line: int | None = field(default=None, compare=False)
+
+    # -- stored form -------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "id": self.id, "parentId": self.parent_id, "ts": self.ts}
+        out.update(self.data)
+        return out
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any], line: int | None = None) -> Entry:
+        data = {k: v for k, v in raw.items() if k not in ("type", "id", "parentId", "ts")}
+        parent = raw.get("parentId")
+        return cls(str(raw.get("type")), data, raw.get("id"), parent if isinstance(parent, str) else None,
+                   raw.get("ts"), line)
+
+    def with_ids(self, id: str, parent_id: str | None, ts: str) -> Entry:
+        return Entry(self.type, self.data, id, parent_id, ts, self.line)
+
+    # -- message accessors -------------------------------------------------------------------
+    @property
+    def message(self) -> Mapping[str, Any]:
+        msg = self.data.get("message") if self.type == "message" else None
+        return msg if isinstance(msg, Mapping) else {}
+
+    @property
+    def role(self) -> str | None:
+        role = self.message.get("role")
+        return role if isinstance(role, str) else None
+
+    @property
+    def text(self) -> str:
+        content = self.message.get("content", "")
+        return content if isinstance(content, str) else ""
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        calls = self.message.get("toolCalls") or ()
+        return tuple(ToolCall.from_json(c) for c in calls if isinstance(c, Mapping))
+
+    @property
+    def tool_call_id(self) -> str | None:
+        value = self.message.get("toolCallId")
+        return value if isinstance(value, str) else None
+
+    @property
+    def usage(self) -> Usage | None:
+        return Usage.from_json(self.message.get("usage"))
+
+    @property
+    def is_model_input(self) -> bool:
+        return self.type in MESSAGE_TYPES_FOR_MODEL and self.role in ("user", "assistant", "tool")
+
+
+def _message(**fields: Any) -> Entry:
+    return Entry("message", {"message": {k: v for k, v in fields.items() if v is not None}})
+
+
+def user_message(text: str, *, source: str | None = None) -> Entry:
+    """A user turn. ``source`` marks where it came from (``"capsule_load"``, ``"queue"``…)."""
+    return _message(role="user", content=text, source=source)
+
+
+def assistant_message(text: str = "", tool_calls: Iterable[ToolCall] = (), *, usage: Usage | None = None,
+                      model: str | None = None, provider: str | None = None, stop_reason: str | None = None,
+                      thinking: str | None = None, context_key: str | None = None) -> Entry:
+    """An assistant reply. ``context_key`` identifies the model input it answered (the capsule
+    in force and its first kept entry), so the budget knows whether ``usage`` still describes a
+    prefix of the next request."""
+    calls = [c.to_json() for c in tool_calls] or None
+    return _message(role="assistant", content=text, toolCalls=calls,
+                    usage=usage.to_json() if usage else None, model=model, provider=provider,
+                    stopReason=stop_reason, thinking=thinking or None, contextKey=context_key)
+
+
+def tool_result(tool_call_id: str, name: str, content: str, *, is_error: bool = False,
+                cancelled: bool = False, full_chars: int | None = None) -> Entry:
+    """The result of one tool call. ``full_chars`` is set when ``content`` was truncated."""
+    return _message(role="tool", toolCallId=tool_call_id, name=name, content=content,
+                    isError=is_error or None, cancelled=cancelled or None, fullChars=full_chars)
+
+
+def checkpoint(kind: str, note: str = "") -> Entry:
+    """A milestone or plan_pivot marker; compaction reads it as an intent."""
+    return Entry("checkpoint", {"kind": kind, "note": note})
+
+
+def leaf_marker(target_id: str | None, reason: str = "rewind") -> Entry:
+    """Moves the session leaf to ``target_id`` without touching any earlier line."""
+    return Entry("leaf", {"targetId": target_id, "reason": reason})
+
+
+def config_change(changes: Mapping[str, Any]) -> Entry:
+    """Records a configuration change (``auto: false``, a model switch…) in the transcript."""
+    return Entry("config", {"changes": dict(changes)})

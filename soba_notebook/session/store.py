@@ -1,0 +1,423 @@
+"""The append-only JSONL session store: one file per session, one entry per line.
+
+What this module guarantees:
+
+* **Append-only.** A line once written is never rewritten, truncated or removed. Rewind appends a
+  ``leaf`` entry; upgrades and repairs happen in memory only.
+* **One write per entry.** An entry is serialized to one line and written with a single
+  ``write`` on an ``O_APPEND`` descriptor while an exclusive ``flock`` is held, so two kernels or
+  processes appending to the same session never interleave. ``fsync`` is optional.
+* **Crash safety.** A torn last line (a writer killed mid-write) is detected on open, reported
+  once as a :class:`~soba_notebook.errors.SessionWarning`, and skipped; the next append starts on
+  a fresh line.
+* **Live readers.** :meth:`SessionStore.refresh` picks up lines other writers appended; readers
+  only ever consume complete lines, so a half-written entry is never seen.
+* **Clear errors.** A missing header, a non-JSON line, a parent that points nowhere: the message
+  names the file and the line. Nothing is silently dropped: skipped lines are listed in
+  :attr:`SessionStore.problems`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ..errors import SessionError, SessionLockedError, SessionWarning
+from .entries import Entry, new_id, now_iso
+
+__all__ = ["FORMAT_VERSION", "SessionInfo", "SessionStore", "list_sessions"]
+
+#: Version of the on-disk format written in every header. Readers accept older and newer files
+#: (newer ones read-only, with unknown entry types kept and ignored).
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """What :func:`list_sessions` knows about a session without parsing all of it."""
+
+    id: str
+    path: Path
+    created: str | None
+    cwd: str | None
+    size_bytes: int
+    modified: float
+
+
+class SessionStore:
+    """An open session file: its entries, their tree, and the current leaf."""
+
+    def __init__(self, file: Path, header: dict[str, Any], *, fsync: bool = False,
+                 lock_timeout: float = 10.0, clock: Callable[[], datetime] | None = None) -> None:
+        self.file = file
+        self.header = header
+        self.fsync = fsync
+        self.lock_timeout = lock_timeout
+        self._clock = clock
+        self._entries: list[Entry] = []
+        self._by_id: dict[str, Entry] = {}
+        self._children: dict[str | None, list[str]] = {}
+        self._leaf: str | None = None
+        self._path_ids: list[str] | None = []
+        self._path_pos: dict[str, int] = {}
+        self._offset = 0  # bytes consumed: always just after a newline (or 0)
+        self._line_no = 0
+        self._needs_newline = False  # a torn tail was skipped; next write starts a fresh line
+        self._mutex = threading.RLock()
+        self.problems: list[str] = []
+        #: increases on every change of entries or leaf; a cheap staleness token
+        self.version = 0
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def create(cls, directory: str | os.PathLike[str], *, session_id: str | None = None,
+               cwd: str | None = None, fsync: bool = False, meta: dict[str, Any] | None = None,
+               lock_timeout: float = 10.0, clock: Callable[[], datetime] | None = None) -> SessionStore:
+        """Create ``<directory>/<session-id>.jsonl`` with its header line and open it."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        session_id = session_id or time.strftime("%Y%m%d-%H%M%S-") + new_id()[:8]
+        file = directory / f"{session_id}.jsonl"
+        header = {"type": "session", "version": FORMAT_VERSION, "id": session_id,
+                  "created": now_iso(clock() if clock else None), "cwd": cwd or os.getcwd(),
+                  "producer": "soba_notebook"}
+        if meta:
+            header.update({k: v for k, v in meta.items() if k not in header})
+        line = (json.dumps(header, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+        try:
+            fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            raise SessionError(f"{file}: a session with id {session_id!r} already exists") from None
+        try:
+            os.write(fd, line)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        return cls.open(file, fsync=fsync, lock_timeout=lock_timeout, clock=clock)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, fsync: bool = False, lock_timeout: float = 10.0,
+             clock: Callable[[], datetime] | None = None) -> SessionStore:
+        """Open an existing session file, reporting (not raising) skipped or repaired lines."""
+        file = Path(path)
+        try:
+            fh = open(file, "rb")  # noqa: SIM115 - closed by the with-block below
+        except FileNotFoundError:
+            raise SessionError(f"{file}: no such session file") from None
+        except OSError as exc:
+            raise SessionError(f"{file}: cannot open session file ({exc.strerror})") from None
+        with fh:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_SH)  # a writer mid-append finishes first
+            try:
+                raw = fh.read()
+            finally:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        first_nl = raw.find(b"\n")
+        if first_nl < 0:
+            raise SessionError(f"{file}:1: missing session header (file is empty or has no complete line)")
+        header = cls._parse_header(file, raw[:first_nl])
+        store = cls(file, header, fsync=fsync, lock_timeout=lock_timeout, clock=clock)
+        store._offset = first_nl + 1
+        store._line_no = 1
+        # Under the shared lock no writer is mid-write: an unterminated last line is torn.
+        store._consume(raw, 0, tail_is_torn=True)
+        return store
+
+    @staticmethod
+    def _parse_header(file: Path, line: bytes) -> dict[str, Any]:
+        try:
+            header = json.loads(line)
+        except ValueError:
+            header = None
+        if not isinstance(header, dict) or header.get("type") != "session":
+            raise SessionError(f"{file}:1: missing session header: the first line must be a "
+                               f'{{"type": "session", "version": ...}} object')
+        version = header.get("version")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise SessionError(f"{file}:1: session header has an invalid format version {version!r} "
+                               f"(expected an integer from 1 to {FORMAT_VERSION})")
+        if version > FORMAT_VERSION:
+            warnings.warn(f"{file}:1: session format version {version} is newer than this soba_notebook "
+                          f"understands ({FORMAT_VERSION}); opening read-only, unknown entries are kept "
+                          f"and ignored", SessionWarning, stacklevel=4)
+        if not isinstance(header.get("id"), str):
+            header["id"] = file.stem
+        return header
+
+    # -- reading -----------------------------------------------------------------------------
+    def _consume(self, raw: bytes, base: int, *, tail_is_torn: bool) -> list[Entry]:
+        """Index the complete lines of ``raw`` (bytes that start at file offset ``base``).
+
+        ``tail_is_torn`` says whether an unterminated last line can only be a torn write (we hold
+        a lock, so no writer is mid-append) or may still be in progress (a lock-free refresh).
+        """
+        start = self._offset - base
+        end = max(raw.rfind(b"\n") + 1, start)
+        new: list[Entry] = []
+        loads = json.loads
+        for chunk in raw[start:end].split(b"\n")[:-1]:
+            self._line_no += 1
+            if not chunk.strip():
+                continue
+            try:
+                obj = loads(chunk)
+            except ValueError as exc:
+                self._problem(f"{self.file}:{self._line_no}: not valid JSON ({exc}); line skipped, file unchanged")
+                continue
+            if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):
+                self._problem(f"{self.file}:{self._line_no}: not an entry object with a 'type'; line skipped")
+                continue
+            entry = Entry.from_json(obj, self._line_no)
+            if self._index(entry):
+                new.append(entry)
+        self._offset = base + end
+        tail = len(raw) - end
+        if tail and tail_is_torn:
+            self._line_no += 1
+            self._problem(f"{self.file}:{self._line_no}: torn last line ({tail} bytes, the writer was probably "
+                          f"killed mid-write); skipped, the next entry starts on a fresh line")
+            self._offset += tail
+            self._needs_newline = True
+        if new:
+            self.version += 1
+        return new
+
+    def _problem(self, message: str) -> None:
+        self.problems.append(message)
+        warnings.warn(message, SessionWarning, stacklevel=5)
+
+    def _index(self, entry: Entry) -> bool:
+        eid = entry.id
+        if not isinstance(eid, str) or not eid:
+            self._problem(f"{self.file}:{entry.line}: entry of type {entry.type!r} has no id; skipped")
+            return False
+        if eid in self._by_id:
+            self._problem(f"{self.file}:{entry.line}: duplicate entry id {eid!r} (first on line "
+                          f"{self._by_id[eid].line}); the later line is ignored")
+            return False
+        parent = entry.parent_id
+        if parent is not None and parent not in self._by_id:
+            self._problem(f"{self.file}:{entry.line}: parentId {parent!r} of entry {eid!r} points to no "
+                          f"earlier entry; it is kept as the root of its own branch")
+        self._entries.append(entry)
+        self._by_id[eid] = entry
+        self._children.setdefault(parent, []).append(eid)
+        if entry.type == "leaf":
+            target = entry.data.get("targetId")
+            self._set_leaf(target if isinstance(target, str) and target in self._by_id else None)
+        else:
+            self._advance_leaf(entry)
+        return True
+
+    def _advance_leaf(self, entry: Entry) -> None:
+        path = self._path_ids
+        if path is not None and entry.parent_id == self._leaf and entry.id in self._by_id:
+            self._path_pos[entry.id] = len(path)  # type: ignore[index]
+            path.append(entry.id)  # type: ignore[arg-type]
+        else:
+            self._path_ids = None  # recomputed lazily
+        self._leaf = entry.id
+
+    def _set_leaf(self, target: str | None) -> None:
+        self._leaf = target
+        self._path_ids = None
+
+    def refresh(self) -> list[Entry]:
+        """Read entries other writers appended since we last looked; returns them."""
+        with self._mutex:
+            try:
+                with open(self.file, "rb") as fh:
+                    fh.seek(self._offset)
+                    raw = fh.read()
+            except OSError as exc:
+                raise SessionError(f"{self.file}: cannot read session file ({exc.strerror})") from None
+            return self._consume(raw, self._offset, tail_is_torn=False) if raw else []
+
+    # -- queries -----------------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return str(self.header["id"])
+
+    @property
+    def read_only(self) -> bool:
+        return int(self.header.get("version", 1)) > FORMAT_VERSION
+
+    @property
+    def leaf_id(self) -> str | None:
+        return self._leaf
+
+    def leaf(self) -> Entry | None:
+        return self._by_id.get(self._leaf) if self._leaf else None
+
+    def entries(self) -> list[Entry]:
+        """Every entry in file order (header excluded), unknown types included."""
+        return list(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(list(self._entries))
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._by_id
+
+    def get(self, entry_id: str) -> Entry:
+        try:
+            return self._by_id[entry_id]
+        except KeyError:
+            raise SessionError(f"{self.file}: no entry with id {entry_id!r}") from None
+
+    def children(self, entry_id: str | None) -> list[Entry]:
+        return [self._by_id[c] for c in self._children.get(entry_id, ())]
+
+    def path(self, leaf_id: str | None = None) -> list[Entry]:
+        """Entries from the root to ``leaf_id`` (default: the current leaf), in order."""
+        if leaf_id is not None and leaf_id != self._leaf:
+            return [self._by_id[i] for i in self._walk(leaf_id)]
+        return [self._by_id[i] for i in self._current_path()]
+
+    def path_ids(self) -> list[str]:
+        """Ids on the current root-to-leaf path. The list is shared: read it, never mutate it.
+
+        It is the same list object for as long as the leaf only moves forward by appends, so a
+        caller can remember how far it has read and pick up only what is new
+        (:class:`~soba_notebook.budget.BudgetTracker` does).
+        """
+        return self._current_path()
+
+    def path_position(self, entry_id: str) -> int | None:
+        """Index of ``entry_id`` on the current path, or None when it is on another branch."""
+        self._current_path()
+        return self._path_pos.get(entry_id)
+
+    def _current_path(self) -> list[str]:
+        if self._path_ids is None:
+            ids = self._walk(self._leaf) if self._leaf else []
+            self._path_ids = ids
+            self._path_pos = {eid: i for i, eid in enumerate(ids)}
+        return self._path_ids
+
+    def _walk(self, leaf_id: str) -> list[str]:
+        if leaf_id not in self._by_id:
+            raise SessionError(f"{self.file}: no entry with id {leaf_id!r}")
+        ids: list[str] = []
+        seen: set[str] = set()
+        cur: str | None = leaf_id
+        while cur is not None and cur in self._by_id and cur not in seen:
+            seen.add(cur)
+            ids.append(cur)
+            cur = self._by_id[cur].parent_id
+        ids.reverse()
+        return ids
+
+    # -- writing -----------------------------------------------------------------------------
+    def append(self, entry: Entry) -> Entry:
+        """Append ``entry`` as one line; returns it with ``id``, ``parentId`` and ``ts`` filled in.
+
+        A missing ``parentId`` means "child of the current leaf" (after picking up whatever other
+        writers appended). The line is written with one ``write`` call under an exclusive lock.
+        """
+        if self.read_only:
+            raise SessionError(f"{self.file}: written by a newer format (version {self.header.get('version')}); "
+                               f"this soba_notebook only reads it")
+        with self._mutex, self._locked():
+            self._catch_up_locked()
+            entry = entry.with_ids(entry.id or new_id(),
+                                   entry.parent_id if entry.parent_id is not None else self._leaf,
+                                   entry.ts or now_iso(self._clock() if self._clock else None))
+            if entry.id in self._by_id:
+                raise SessionError(f"{self.file}: entry id {entry.id!r} already exists")
+            try:
+                payload = json.dumps(entry.to_json(), ensure_ascii=False, separators=(",", ":"))
+            except (TypeError, ValueError) as exc:
+                raise SessionError(f"{self.file}: entry of type {entry.type!r} is not JSON-serializable: {exc}") \
+                    from None
+            # U+2028/2029 are line breaks to str.splitlines and to many JSONL readers: escape them
+            # so one entry stays one line for every reader, not only ours.
+            payload = payload.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+            data = (("\n" if self._needs_newline else "") + payload + "\n").encode()
+            fd = os.open(self.file, os.O_WRONLY | os.O_APPEND)
+            try:
+                written = os.write(fd, data)
+                if written != len(data):  # pragma: no cover - regular files write fully
+                    raise SessionError(f"{self.file}: short write ({written} of {len(data)} bytes)")
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._needs_newline = False
+            self._offset += len(data)
+            self._line_no += 1
+            entry = Entry(entry.type, entry.data, entry.id, entry.parent_id, entry.ts, self._line_no)
+            self._index(entry)
+            self.version += 1
+            return entry
+
+    def rewind(self, entry_id: str, reason: str = "rewind") -> Entry:
+        """Move the leaf to ``entry_id`` by appending a ``leaf`` entry; no earlier line changes."""
+        from .entries import leaf_marker
+
+        if entry_id not in self._by_id:
+            raise SessionError(f"{self.file}: cannot rewind to {entry_id!r}: no such entry in this session")
+        return self.append(leaf_marker(entry_id, reason))
+
+    def _catch_up_locked(self) -> None:
+        with open(self.file, "rb") as fh:
+            fh.seek(self._offset)
+            raw = fh.read()
+        if raw:  # under the exclusive lock nobody is writing: an unterminated tail is torn
+            self._consume(raw, self._offset, tail_is_torn=True)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        fd = os.open(self.file, os.O_RDONLY)
+        try:
+            deadline = time.monotonic() + self.lock_timeout
+            delay = 0.001
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise SessionLockedError(
+                            f"{self.file}: session {self.id!r} is locked by another writer for more than "
+                            f"{self.lock_timeout:g}s; is another kernel still appending to it?") from None
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+
+def list_sessions(directory: str | os.PathLike[str]) -> list[SessionInfo]:
+    """Sessions in ``directory``, newest first, reading only each file's header line."""
+    directory = Path(directory)
+    out: list[SessionInfo] = []
+    if not directory.is_dir():
+        return out
+    for file in directory.glob("*.jsonl"):
+        try:
+            with open(file, "rb") as fh:
+                header = json.loads(fh.readline() or b"null")
+            st = file.stat()
+        except (OSError, ValueError):
+            continue
+        if not isinstance(header, dict) or header.get("type") != "session":
+            continue
+        out.append(SessionInfo(str(header.get("id", file.stem)), file, header.get("created"),
+                               header.get("cwd"), st.st_size, st.st_mtime))
+    out.sort(key=lambda s: s.modified, reverse=True)
+    return out

