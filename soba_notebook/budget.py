@@ -114,7 +114,7 @@ class BudgetTracker:
                 self._start = fk if fk is not None and fk < pos else pos + 1
                 self._usage_pos = None
             elif entry.role == "assistant" and entry.message.get("usage") is not None \
-                    and entry.message.get("contextKey") in (None, self.context_key):
+                    and (entry.message.get("contextKey") or "root") == self.context_key:
                 self._usage_pos = pos
         self._seen = len(path)
 

@@ -18,6 +18,7 @@ __all__ = [
     "SessionLockedError",
     "SessionWarning",
     "SobaError",
+    "StaleLeafError",
     "ToolError",
     "TurnCancelled",
     "WorkspaceError",
@@ -48,6 +49,10 @@ class SessionError(SobaError):
 
 class SessionLockedError(SessionError):
     """Another process holds the session's write lock for longer than we were willing to wait."""
+
+
+class StaleLeafError(SessionError):
+    """An append that was only valid for a particular leaf found the session moved on."""
 
 
 class SessionWarning(UserWarning):

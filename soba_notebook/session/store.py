@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import SessionError, SessionLockedError, SessionWarning
+from ..errors import SessionError, SessionLockedError, SessionWarning, StaleLeafError
 from .entries import Entry, new_id, now_iso
 
 __all__ = ["FORMAT_VERSION", "SessionInfo", "SessionStore", "list_sessions"]
@@ -323,17 +323,22 @@ class SessionStore:
         return ids
 
     # -- writing -----------------------------------------------------------------------------
-    def append(self, entry: Entry) -> Entry:
+    def append(self, entry: Entry, *, expect_leaf: str | object | None = ...) -> Entry:
         """Append ``entry`` as one line; returns it with ``id``, ``parentId`` and ``ts`` filled in.
 
         A missing ``parentId`` means "child of the current leaf" (after picking up whatever other
         writers appended). The line is written with one ``write`` call under an exclusive lock.
+        With ``expect_leaf``, the append happens only if the leaf (after catching up, under the
+        lock) is still that entry; otherwise :class:`StaleLeafError` and nothing is written.
         """
         if self.read_only:
             raise SessionError(f"{self.file}: written by a newer format (version {self.header.get('version')}); "
                                f"this soba_notebook only reads it")
         with self._mutex, self._locked():
             self._catch_up_locked()
+            if expect_leaf is not ... and self._leaf != expect_leaf:
+                raise StaleLeafError(f"{self.file}: session leaf is {self._leaf!r}, not the expected "
+                                     f"{expect_leaf!r}; nothing was appended")
             entry = entry.with_ids(entry.id or new_id(),
                                    entry.parent_id if entry.parent_id is not None else self._leaf,
                                    entry.ts or now_iso(self._clock() if self._clock else None))

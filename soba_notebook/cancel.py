@@ -1,0 +1,32 @@
+"""A cancellation signal that crosses threads: the notebook's stop button to the agent's loop.
+
+The kernel thread calls :meth:`CancelToken.cancel`; the agent and the compaction barrier, running
+on the runtime's event loop, check :attr:`CancelToken.cancelled` before every irreversible step
+(an append, a tool run, a request) and can await it alongside other work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+__all__ = ["CancelToken"]
+
+
+class CancelToken:
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+
+    def cancel(self, reason: str = "cancelled by the user") -> None:
+        self.reason = self.reason or reason
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self, poll_seconds: float = 0.01) -> None:
+        """Returns once cancelled (polls: the setter may be on any thread, with no loop at hand)."""
+        while not self._event.is_set():
+            await asyncio.sleep(poll_seconds)

@@ -1,0 +1,387 @@
+"""The preflight barrier: the one place compaction runs, immediately before an inference.
+
+:class:`CompactionEngine` owns a session's compaction state (pending intents, the budget
+tracker) and runs each compaction to exactly one terminal outcome: ``completed``, ``skipped``,
+``cancelled``, ``stale`` or ``failed``. The pipeline (DESIGN.md, "Compaction pipeline"):
+
+1. measure the budget; pick the winning trigger (:func:`~.triggers.choose_trigger`);
+2. make an immutable :class:`~.planner.CompactionPlan` and emit ``compaction_start``;
+3. soft triggers: the pre-generation ROI gate;
+4. generate the capsule with the summarizer under ``timeoutMs``; on timeout (or a failing
+   summarizer) fall back at once to the deterministic capsule, ``quality: degraded``;
+5. merge deterministic facts; measure the exact continuation; soft triggers: the
+   post-generation ROI gate (hard_limit, context_overflow and user are exempt);
+6. immediately before the append, check the cancel signal and that the leaf is still the one
+   the plan saw: otherwise ``cancelled`` / ``stale`` and nothing is written;
+7. emit ``compaction_end`` and write a flight record (never the summary text).
+
+The hard limit is fail-closed: if effective input is over it and compaction cannot bring it
+under, :class:`~soba_notebook.errors.CompactionFailed` is raised and no request is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..budget import BudgetCheck, BudgetTracker
+from ..cancel import CancelToken
+from ..config import SobaConfig
+from ..errors import CompactionFailed, StaleLeafError
+from ..events import EventBus
+from ..flight import FlightRecorder
+from ..session.entries import Entry
+from ..session.store import SessionStore
+from ..tokens import REPLY_PRIMING, TokenCounter
+from .capsule import Capsule, render, roll, with_facts
+from .extract import deterministic_capsule, extract_facts
+from .planner import CompactionPlan, context_slice, find_cut_point
+from .summarize import Summarizer, SummaryRequest
+from .triggers import (
+    EXEMPT_FROM_SOFT_ROI,
+    MANDATORY,
+    SOFT,
+    IntentQueue,
+    Trigger,
+    TurnState,
+    choose_trigger,
+    post_generation_roi,
+    pre_generation_roi,
+)
+
+__all__ = ["OUTCOMES", "CompactionEngine", "CompactionOutcome", "capsule_message", "capsule_of"]
+
+OUTCOMES = ("completed", "skipped", "cancelled", "stale", "failed")
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionOutcome:
+    operation_id: str
+    trigger: str
+    outcome: str
+    reason: str | None
+    tokens_before: int
+    tokens_after: int
+    checkpoint_id: str | None
+    duration_ms: int
+    quality: str | None
+    source: str
+    entry: Entry | None = None
+
+    @property
+    def reclaimed_tokens(self) -> int:
+        return self.tokens_before - self.tokens_after if self.outcome == "completed" else 0
+
+    @property
+    def reclaimed_percent(self) -> float:
+        return round(100.0 * self.reclaimed_tokens / self.tokens_before, 1) if self.tokens_before else 0.0
+
+    def to_event(self) -> dict[str, Any]:
+        return {"operation_id": self.operation_id, "trigger": self.trigger, "outcome": self.outcome,
+                "reason": self.reason, "tokens_before": self.tokens_before, "tokens_after": self.tokens_after,
+                "reclaimed_tokens": self.reclaimed_tokens, "reclaimed_percent": self.reclaimed_percent,
+                "checkpoint_id": self.checkpoint_id, "duration_ms": self.duration_ms, "quality": self.quality,
+                "source": self.source}
+
+
+def capsule_of(entry: Entry) -> Capsule:
+    return Capsule.from_json(entry.data.get("state"), where=f"capsule entry {entry.id}")
+
+
+def capsule_message(entry: Entry) -> dict[str, Any]:
+    """The capsule entry as the first message of model input."""
+    text = render(capsule_of(entry), checkpoint_id=entry.data.get("checkpointId"),
+                  quality=str(entry.data.get("quality", "ok")))
+    return {"role": "user", "content": text}
+
+
+class _Phase:
+    """Monotonic 0..100 progress for one operation."""
+
+    def __init__(self, bus: EventBus, operation_id: str) -> None:
+        self.bus, self.operation_id, self.percent = bus, operation_id, 0
+
+    def __call__(self, phase: str, percent: float) -> None:
+        pct = max(self.percent, min(100, int(percent)))
+        if pct != self.percent or phase in ("plan", "done"):
+            self.percent = pct
+            self.bus.emit("compaction_progress", operation_id=self.operation_id, phase=phase, percent=pct)
+
+
+class CompactionEngine:
+    """Compaction for one session store. Not thread-safe: drive it from the agent's loop."""
+
+    def __init__(self, store: SessionStore, config: SobaConfig, counter: TokenCounter, *,
+                 bus: EventBus | None = None, summarizer: Summarizer | None = None, base_tokens: int = 0,
+                 flight: FlightRecorder | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.store = store
+        self.config = config
+        self.counter = counter
+        self.bus = bus or EventBus()
+        self.summarizer = summarizer
+        self.flight = flight
+        self.clock = clock
+        self.intents = IntentQueue()
+        self._capsule_cost: dict[str, int] = {}
+        self.tracker = BudgetTracker(store, counter, context_window=config.model.context_window,
+                                     hard=config.hard_limit, soft=config.soft_limit, base_tokens=base_tokens,
+                                     capsule_tokens=self.capsule_tokens)
+        self.last_outcome: CompactionOutcome | None = None
+
+    # -- configuration -----------------------------------------------------------------------
+    @property
+    def base_tokens(self) -> int:
+        return self.tracker.base_tokens
+
+    @base_tokens.setter
+    def base_tokens(self, value: int) -> None:
+        self.tracker.base_tokens = value
+
+    def set_config(self, config: SobaConfig) -> None:
+        self.config = config
+        self.tracker.hard, self.tracker.soft = config.hard_limit, config.soft_limit
+        self.tracker.context_window = config.model.context_window
+
+    def capsule_tokens(self, entry: Entry) -> int:
+        key = entry.id or ""
+        if key not in self._capsule_cost:
+            self._capsule_cost[key] = self.counter.count_message(capsule_message(entry))
+        return self._capsule_cost[key]
+
+    # -- measurement -------------------------------------------------------------------------
+    def measure(self) -> BudgetCheck:
+        return self.tracker.check()
+
+    def record_intent(self, trigger: Trigger | str, note: str = "") -> bool:
+        return self.intents.record(trigger, self.config.compaction, note)
+
+    def model_messages(self) -> list[dict[str, Any]]:
+        """The message part of the next request: capsule (if any) then the retained entries."""
+        from ..session.context import build_context
+
+        ctx = build_context(self.store.path())
+        out = [capsule_message(ctx.capsule)] if ctx.capsule is not None else []
+        out.extend(dict(e.message) for e in ctx.messages)
+        return out
+
+    # -- the barrier -------------------------------------------------------------------------
+    async def preflight(self, turn: TurnState, cancel: CancelToken | None = None) -> BudgetCheck:
+        """Run before every inference. Returns the budget the request will have.
+
+        Raises CompactionFailed when the request would be over the hard limit and compaction
+        could not fix it: the caller must not send it.
+        """
+        check = self.measure()
+        self._budget_record(check, turn)
+        trigger = choose_trigger(check, self.intents.pending(), self.config.compaction,
+                                 soft_attempted=turn.soft_attempted)
+        if trigger is None:
+            return check
+        if trigger in SOFT:
+            turn.soft_attempted = True
+        # the winning intent is consumed; lower-priority soft intents stay for a later turn
+        self.intents.consume(trigger)
+        outcome = await self.run(trigger, cancel=cancel, check=check)
+        after = self.measure()
+        if after.over_hard:
+            if outcome.outcome == "cancelled":
+                from ..errors import TurnCancelled
+
+                raise TurnCancelled("turn cancelled during a mandatory compaction; nothing was sent")
+            raise CompactionFailed(
+                f"the next request needs {after.effective} tokens, over the hard limit {after.hard_limit}, and "
+                f"compaction ({outcome.outcome}: {outcome.reason or 'no reason given'}) could not bring it under; "
+                f"nothing was sent")
+        if outcome.outcome == "completed":
+            self._budget_record(after, turn)
+        return after
+
+    async def compact(self, trigger: Trigger | str = Trigger.USER, *, instructions: str | None = None,
+                      cancel: CancelToken | None = None) -> CompactionOutcome:
+        """An explicit compaction (``%compact``) or the overflow recovery; no trigger choice."""
+        return await self.run(Trigger(trigger), cancel=cancel, instructions=instructions)
+
+    def plan(self, trigger: Trigger, check: BudgetCheck, *, instructions: str | None = None,
+             max_tail_tokens: int | None = None) -> CompactionPlan | str:
+        """The plan for compacting now, or the reason there is nothing safe to compact."""
+        path = self.store.path()
+        entries, capsule_entry = context_slice(path)
+        tokens = [self.counter.count_entry(e) for e in entries]
+        keep = self.config.compaction.keep_recent_tokens
+        if max_tail_tokens is None and trigger in MANDATORY:
+            max_tail_tokens = self._max_tail(check)
+        cut = find_cut_point(entries, tokens, keep, max_tail_tokens=max_tail_tokens)
+        if cut is None:
+            return (f"no safe history before the retained window (context holds {sum(tokens)} tokens of history; "
+                    f"keepRecentTokens is {keep})")
+        previous = capsule_of(capsule_entry) if capsule_entry is not None else None
+        return CompactionPlan(
+            operation_id="op_" + secrets.token_hex(6), trigger=str(trigger), leaf_id=self.store.leaf_id,
+            tokens_before=check.effective, source=check.source, hard_limit=check.hard_limit,
+            soft_limit=check.soft_limit, keep_recent_tokens=keep, summarize=tuple(entries[:cut]),
+            first_kept_entry_id=entries[cut].id if cut < len(entries) else None,
+            kept_tokens=sum(tokens[cut:]), summarized_tokens=sum(tokens[:cut]), previous_capsule=previous,
+            previous_checkpoint_id=capsule_entry.data.get("checkpointId") if capsule_entry else None,
+            instructions=instructions)
+
+    def _max_tail(self, check: BudgetCheck) -> int:
+        # Leave room for the capsule itself: a quarter of the hard limit, at most 8k tokens.
+        reserve = min(8_000, check.hard_limit // 4)
+        return max(0, check.hard_limit - self.base_tokens - reserve - REPLY_PRIMING)
+
+    async def run(self, trigger: Trigger, *, cancel: CancelToken | None = None, check: BudgetCheck | None = None,
+                  instructions: str | None = None) -> CompactionOutcome:
+        cancel = cancel or CancelToken()
+        check = check or self.measure()
+        started = self.clock()
+        planned = self.plan(trigger, check, instructions=instructions)
+        if isinstance(planned, str):
+            # nothing to plan: still a terminal outcome, visible and recorded
+            op = "op_" + secrets.token_hex(6)
+            self.bus.emit("compaction_start", operation_id=op, trigger=str(trigger), tokens_before=check.effective,
+                          hard_limit=check.hard_limit, soft_limit=check.soft_limit, source=check.source)
+            return self._finish(op, trigger, "skipped", planned, check, None, started)
+        plan = planned
+        self.bus.emit("compaction_start", **plan.to_event())
+        progress = _Phase(self.bus, plan.operation_id)
+        progress("plan", 5)
+        try:
+            if trigger in SOFT:
+                roi = pre_generation_roi(plan.tokens_before, self.config.compaction)
+                if not roi.passed:
+                    return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started)
+            capsule, quality, note = await self._generate(plan, cancel, progress)
+            if cancel.cancelled:
+                return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
+            progress("measure", 85)
+            after = self._measure_after(plan, capsule, quality)
+            if trigger not in EXEMPT_FROM_SOFT_ROI:
+                roi = post_generation_roi(plan.tokens_before, after, self.config.compaction)
+                if not roi.passed:
+                    return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started,
+                                        tokens_after=after, quality=quality)
+            if trigger in MANDATORY and after > plan.hard_limit:
+                # the capsule came out too large: keep less verbatim, then a smaller local capsule
+                retry = self._shrink(plan, check)
+                if retry is None:
+                    return self._finish(plan.operation_id, trigger, "failed",
+                                        f"capsule plus retained tail need {after} tokens, over the hard limit "
+                                        f"{plan.hard_limit}", check, None, started, tokens_after=after)
+                plan, capsule, quality, note = retry
+                after = self._measure_after(plan, capsule, quality)
+            progress("append", 95)
+            # -- the only write: checked immediately before, with no await in between ----------
+            if cancel.cancelled:
+                return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
+            checkpoint_id = "ck_" + secrets.token_hex(5)
+            capsule_entry = Entry("capsule", {
+                "checkpointId": checkpoint_id, "firstKeptEntryId": plan.first_kept_entry_id,
+                "trigger": str(trigger), "quality": quality, "state": capsule.to_json(),
+                "tokensBefore": plan.tokens_before, "tokensAfter": after, "source": plan.source,
+                "operationId": plan.operation_id, "previousCheckpointId": plan.previous_checkpoint_id,
+                "summarizedEntries": plan.entry_count, "note": note}, parent_id=plan.leaf_id)
+            try:
+                entry = self.store.append(capsule_entry, expect_leaf=plan.leaf_id)
+            except StaleLeafError:
+                return self._finish(plan.operation_id, trigger, "stale",
+                                    f"session leaf moved from {plan.leaf_id} to {self.store.leaf_id} while "
+                                    f"compacting; no capsule appended", check, None, started)
+            return self._finish(plan.operation_id, trigger, "completed", note, check, entry, started,
+                                tokens_after=after, quality=quality, checkpoint_id=checkpoint_id)
+        except asyncio.CancelledError:
+            self._finish(plan.operation_id, trigger, "cancelled", "the turn was cancelled", check, None, started)
+            raise
+        except Exception as exc:  # an engine bug must not take the session down, but is reported
+            return self._finish(plan.operation_id, trigger, "failed", f"{type(exc).__name__}: {exc}", check, None,
+                                started)
+
+    def _shrink(self, plan: CompactionPlan, check: BudgetCheck) -> tuple[CompactionPlan, Capsule, str, str] | None:
+        for fraction in (0.5, 0.0):
+            smaller = self.plan(Trigger(plan.trigger), check, instructions=plan.instructions,
+                                max_tail_tokens=int(self._max_tail(check) * fraction))
+            if isinstance(smaller, str):
+                continue
+            smaller = CompactionPlan(**{**{f: getattr(smaller, f) for f in smaller.__slots__},
+                                        "operation_id": plan.operation_id})
+            capsule = deterministic_capsule(list(smaller.summarize), smaller.previous_capsule,
+                                            smaller.previous_checkpoint_id)
+            if self._measure_after(smaller, capsule, "degraded") <= smaller.hard_limit:
+                return smaller, capsule, "degraded", "retained tail shrunk to fit the hard limit"
+        return None
+
+    async def _generate(self, plan: CompactionPlan, cancel: CancelToken,
+                        progress: _Phase) -> tuple[Capsule, str, str | None]:
+        entries = list(plan.summarize)
+        facts = extract_facts(entries)
+        fallback = deterministic_capsule(entries, plan.previous_capsule, plan.previous_checkpoint_id)
+        if self.summarizer is None:
+            progress("summarize", 80)
+            return fallback, "degraded", "no summarizer configured: local deterministic capsule"
+        request = SummaryRequest(tuple(entries), plan.previous_capsule, plan.instructions)
+        task = asyncio.ensure_future(self.summarizer.summarize(
+            request, lambda f: progress("summarize", 10 + 70 * max(0.0, min(1.0, f)))))
+        waiter = asyncio.ensure_future(cancel.wait())
+        timeout = self.config.compaction.timeout_ms / 1000
+        try:
+            done, _ = await asyncio.wait({task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if task not in done:
+            task.cancel()  # abort the model request: timeout or cancellation
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            if cancel.cancelled:
+                return fallback, "degraded", "cancelled"
+            progress("summarize", 80)
+            return fallback, "degraded", (f"model summarization exceeded timeoutMs "
+                                          f"{self.config.compaction.timeout_ms}; local deterministic capsule used")
+        try:
+            summary = task.result()
+        except Exception as exc:
+            progress("summarize", 80)
+            return fallback, "degraded", f"model summarization failed ({exc}); local deterministic capsule used"
+        rolled = roll(plan.previous_capsule, summary, previous_checkpoint=plan.previous_checkpoint_id)
+        merged = with_facts(rolled, roll(plan.previous_capsule, facts, previous_checkpoint=plan.previous_checkpoint_id))
+        progress("summarize", 80)
+        return merged, "ok", None
+
+    def _measure_after(self, plan: CompactionPlan, capsule: Capsule, quality: str) -> int:
+        """Exact size of the continuation: base + rendered capsule + retained tail."""
+        text = render(capsule, checkpoint_id="ck_0000000000", quality=quality)
+        capsule_cost = self.counter.count_message({"role": "user", "content": text})
+        tail = 0
+        if plan.first_kept_entry_id is not None:
+            path = self.store.path()
+            start = next((i for i, e in enumerate(path) if e.id == plan.first_kept_entry_id), len(path))
+            tail = sum(self.counter.count_entry(e) for e in path[start:] if e.type != "capsule")
+        return self.counter.calibrated(self.base_tokens + capsule_cost + tail + REPLY_PRIMING)
+
+    # -- reporting ---------------------------------------------------------------------------
+    def _finish(self, operation_id: str, trigger: Trigger | str, outcome: str, reason: str | None,
+                check: BudgetCheck, entry: Entry | None, started: float, *, tokens_after: int | None = None,
+                quality: str | None = None, checkpoint_id: str | None = None) -> CompactionOutcome:
+        result = CompactionOutcome(
+            operation_id=operation_id, trigger=str(trigger), outcome=outcome, reason=reason,
+            tokens_before=check.effective,
+            tokens_after=tokens_after if tokens_after is not None and outcome == "completed" else check.effective,
+            checkpoint_id=checkpoint_id, duration_ms=round((self.clock() - started) * 1000),
+            quality=quality if outcome in ("completed", "skipped") else None, source=check.source, entry=entry)
+        if outcome == "completed":
+            self.bus.emit("compaction_progress", operation_id=operation_id, phase="done", percent=100)
+        self.bus.emit("compaction_end", **result.to_event())
+        if self.flight is not None:
+            self.flight.record("compaction", {**result.to_event(), "hardLimit": check.hard_limit,
+                                              "softLimit": check.soft_limit,
+                                              "contextWindow": check.context_window})
+        self.last_outcome = result
+        return result
+
+    def _budget_record(self, check: BudgetCheck, turn: TurnState) -> None:
+        self.bus.emit("budget", session_id=self.store.id, inference=turn.inferences, **check.to_event())
+        if self.flight is not None:
+            self.flight.record("budget", {"inference": turn.inferences, **check.to_event()})

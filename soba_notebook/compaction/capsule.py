@@ -1,0 +1,324 @@
+"""The Context Capsule: the structured working state that replaces old model input.
+
+A :class:`Capsule` is a frozen value with the fields the seed lists (section 1): goal and
+constraints; completed, active and pending work; decisions with their rationale; blockers; next
+steps; files read and modified; verification commands with their last result; active skills;
+artifacts; and the range of entries it summarizes.
+
+Three forms, one truth:
+
+* ``to_json`` / ``from_json`` — the ``state`` stored in a ``capsule`` entry, validated on the way
+  in (:func:`validate_capsule_json` lists every problem, with the field's path);
+* ``render`` — the text the model sees at the start of its input;
+* :func:`roll` — a new capsule from the previous one plus newer facts: nothing the old capsule held
+  is dropped unless the new summary supersedes it.
+
+A capsule is data: nothing here evaluates or executes any of its text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from ..errors import CapsuleFormatError
+
+__all__ = [
+    "CAPSULE_SCHEMA_VERSION",
+    "LIST_FIELDS",
+    "Capsule",
+    "Decision",
+    "EntryRange",
+    "Verification",
+    "merge_unique",
+    "render",
+    "roll",
+    "validate_capsule_json",
+]
+
+CAPSULE_SCHEMA_VERSION = 1
+#: Verification statuses, most to least informative.
+STATUSES = ("passed", "failed", "unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    what: str
+    why: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"what": self.what, "why": self.why}
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """A command that checks the work, and what it said the last time it ran."""
+
+    command: str
+    status: str = "unknown"  # passed | failed | unknown
+    detail: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"command": self.command, "status": self.status, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class EntryRange:
+    """The transcript entries a capsule summarizes (inclusive ids, and how many)."""
+
+    first_id: str | None = None
+    last_id: str | None = None
+    count: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"firstId": self.first_id, "lastId": self.last_id, "count": self.count}
+
+
+@dataclass(frozen=True, slots=True)
+class Capsule:
+    goal: str = ""
+    constraints: tuple[str, ...] = ()
+    done: tuple[str, ...] = ()
+    active: tuple[str, ...] = ()
+    pending: tuple[str, ...] = ()
+    decisions: tuple[Decision, ...] = ()
+    blockers: tuple[str, ...] = ()
+    next_steps: tuple[str, ...] = ()
+    files_read: tuple[str, ...] = ()
+    files_modified: tuple[str, ...] = ()
+    verification: tuple[Verification, ...] = ()
+    active_skills: tuple[str, ...] = ()
+    artifacts: tuple[str, ...] = ()
+    covers: EntryRange = field(default_factory=EntryRange)
+    #: checkpoint ids of the capsules this one rolled up, oldest first
+    rolled_from: tuple[str, ...] = ()
+
+    # -- stored form -------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schemaVersion": CAPSULE_SCHEMA_VERSION,
+            "goal": self.goal,
+            "constraints": list(self.constraints),
+            "done": list(self.done),
+            "active": list(self.active),
+            "pending": list(self.pending),
+            "decisions": [d.to_json() for d in self.decisions],
+            "blockers": list(self.blockers),
+            "nextSteps": list(self.next_steps),
+            "filesRead": list(self.files_read),
+            "filesModified": list(self.files_modified),
+            "verification": [v.to_json() for v in self.verification],
+            "activeSkills": list(self.active_skills),
+            "artifacts": list(self.artifacts),
+            "covers": self.covers.to_json(),
+            "rolledFrom": list(self.rolled_from),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any, *, where: str = "capsule") -> Capsule:
+        problems = validate_capsule_json(raw)
+        if problems:
+            raise CapsuleFormatError(f"{where}: invalid capsule: " + "; ".join(problems))
+        covers = raw.get("covers") or {}
+        return cls(
+            goal=raw.get("goal", ""),
+            constraints=tuple(raw.get("constraints", ())),
+            done=tuple(raw.get("done", ())),
+            active=tuple(raw.get("active", ())),
+            pending=tuple(raw.get("pending", ())),
+            decisions=tuple(Decision(d["what"], d.get("why", "")) for d in raw.get("decisions", ())),
+            blockers=tuple(raw.get("blockers", ())),
+            next_steps=tuple(raw.get("nextSteps", ())),
+            files_read=tuple(raw.get("filesRead", ())),
+            files_modified=tuple(raw.get("filesModified", ())),
+            verification=tuple(Verification(v["command"], v.get("status", "unknown"), v.get("detail", ""))
+                               for v in raw.get("verification", ())),
+            active_skills=tuple(raw.get("activeSkills", ())),
+            artifacts=tuple(raw.get("artifacts", ())),
+            covers=EntryRange(covers.get("firstId"), covers.get("lastId"), int(covers.get("count", 0) or 0)),
+            rolled_from=tuple(raw.get("rolledFrom", ())),
+        )
+
+    def is_empty(self) -> bool:
+        return self == Capsule(covers=self.covers, rolled_from=self.rolled_from)
+
+
+#: camelCase JSON key -> kind, for validation and for the summarizer's prompt
+_STRING_LISTS = ("constraints", "done", "active", "pending", "blockers", "nextSteps", "filesRead",
+                 "filesModified", "activeSkills", "artifacts", "rolledFrom")
+LIST_FIELDS = (*_STRING_LISTS, "decisions", "verification")
+
+
+def validate_capsule_json(raw: Any) -> list[str]:
+    """Every problem with a capsule's JSON form, each naming the field; empty when valid."""
+    if not isinstance(raw, Mapping):
+        return [f"expected an object, got {type(raw).__name__}"]
+    problems: list[str] = []
+    version = raw.get("schemaVersion", CAPSULE_SCHEMA_VERSION)
+    if version != CAPSULE_SCHEMA_VERSION:
+        problems.append(f"schemaVersion {version!r} is not supported (expected {CAPSULE_SCHEMA_VERSION})")
+    if not isinstance(raw.get("goal", ""), str):
+        problems.append("goal must be a string")
+    for key in _STRING_LISTS:
+        value = raw.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            problems.append(f"{key} must be a list of strings")
+    decisions = raw.get("decisions", [])
+    if not isinstance(decisions, list):
+        problems.append("decisions must be a list")
+    else:
+        for i, d in enumerate(decisions):
+            if not isinstance(d, Mapping) or not isinstance(d.get("what"), str) \
+                    or not isinstance(d.get("why", ""), str):
+                problems.append(f"decisions[{i}] must be {{'what': str, 'why': str}}")
+    checks = raw.get("verification", [])
+    if not isinstance(checks, list):
+        problems.append("verification must be a list")
+    else:
+        for i, v in enumerate(checks):
+            if not isinstance(v, Mapping) or not isinstance(v.get("command"), str):
+                problems.append(f"verification[{i}] must have a 'command' string")
+            elif v.get("status", "unknown") not in STATUSES:
+                problems.append(f"verification[{i}].status {v.get('status')!r} is not one of {', '.join(STATUSES)}")
+            elif not isinstance(v.get("detail", ""), str):
+                problems.append(f"verification[{i}].detail must be a string")
+    covers = raw.get("covers", {})
+    if not isinstance(covers, Mapping):
+        problems.append("covers must be an object")
+    elif not isinstance(covers.get("count", 0), int):
+        problems.append("covers.count must be an integer")
+    known = {"schemaVersion", "goal", "covers", *LIST_FIELDS}
+    problems.extend(f"unknown field {k!r}" for k in raw if k not in known)
+    return problems
+
+
+def merge_unique(*groups: Iterable[str]) -> tuple[str, ...]:
+    """Union preserving first-seen order; blank strings dropped."""
+    seen: dict[str, None] = {}
+    for group in groups:
+        for item in group:
+            item = item.strip()
+            if item and item not in seen:
+                seen[item] = None
+    return tuple(seen)
+
+
+def _merge_verification(old: Sequence[Verification], new: Sequence[Verification]) -> tuple[Verification, ...]:
+    """Latest result per command wins; an ``unknown`` never overwrites a known result."""
+    merged: dict[str, Verification] = {}
+    for v in (*old, *new):
+        prior = merged.get(v.command)
+        if prior is not None and v.status == "unknown" and prior.status != "unknown":
+            continue
+        merged.pop(v.command, None)
+        merged[v.command] = v
+    return tuple(merged.values())
+
+
+def _merge_decisions(old: Sequence[Decision], new: Sequence[Decision]) -> tuple[Decision, ...]:
+    merged: dict[str, Decision] = {}
+    for d in (*old, *new):
+        merged[d.what.strip()] = d
+    return tuple(v for k, v in merged.items() if k)
+
+
+def roll(previous: Capsule | None, newer: Capsule, *, previous_checkpoint: str | None = None) -> Capsule:
+    """Combine ``previous`` state with ``newer`` facts, losing nothing that was not superseded.
+
+    Files, verification commands, skills, artifacts, constraints and decisions accumulate.
+    Work items move forward: something ``newer`` lists as done leaves ``active``/``pending``.
+    A non-empty ``newer`` goal supersedes the old one; blockers and next steps are the newer
+    summary's when it gives any (it saw the latest state), else the previous ones carry over.
+    """
+    if previous is None:
+        return newer
+    done = merge_unique(previous.done, newer.done)
+    done_set = set(done)
+    active = merge_unique(newer.active or previous.active)
+    pending = merge_unique(newer.pending, previous.pending)
+    covers = EntryRange(previous.covers.first_id or newer.covers.first_id,
+                        newer.covers.last_id or previous.covers.last_id,
+                        previous.covers.count + newer.covers.count)
+    return Capsule(
+        goal=newer.goal or previous.goal,
+        constraints=merge_unique(previous.constraints, newer.constraints),
+        done=done,
+        active=tuple(a for a in active if a not in done_set),
+        pending=tuple(p for p in pending if p not in done_set and p not in active),
+        decisions=_merge_decisions(previous.decisions, newer.decisions),
+        blockers=merge_unique(newer.blockers) if newer.blockers else previous.blockers,
+        next_steps=merge_unique(newer.next_steps) if newer.next_steps else previous.next_steps,
+        files_read=merge_unique(previous.files_read, newer.files_read),
+        files_modified=merge_unique(previous.files_modified, newer.files_modified),
+        verification=_merge_verification(previous.verification, newer.verification),
+        active_skills=merge_unique(newer.active_skills) if newer.active_skills else previous.active_skills,
+        artifacts=merge_unique(previous.artifacts, newer.artifacts),
+        covers=covers,
+        rolled_from=merge_unique(previous.rolled_from, [previous_checkpoint] if previous_checkpoint else []),
+    )
+
+
+def with_facts(summary: Capsule, facts: Capsule) -> Capsule:
+    """A model-written capsule with the deterministic facts merged in, so none can be lost."""
+    return replace(
+        summary,
+        goal=summary.goal or facts.goal,
+        constraints=merge_unique(summary.constraints, facts.constraints),
+        files_read=merge_unique(summary.files_read, facts.files_read),
+        files_modified=merge_unique(summary.files_modified, facts.files_modified),
+        verification=_merge_verification(summary.verification, facts.verification),
+        active_skills=merge_unique(facts.active_skills, summary.active_skills) if facts.active_skills
+        else summary.active_skills,
+        artifacts=merge_unique(summary.artifacts, facts.artifacts),
+        covers=facts.covers,
+        rolled_from=merge_unique(facts.rolled_from, summary.rolled_from),
+    )
+
+
+_SECTIONS: tuple[tuple[str, str], ...] = (
+    ("constraints", "Constraints"), ("done", "Completed work"), ("active", "Active work"),
+    ("pending", "Pending work"), ("blockers", "Unresolved blockers"), ("next_steps", "Next steps"),
+    ("files_read", "Files read"), ("files_modified", "Files modified"), ("active_skills", "Active skills"),
+    ("artifacts", "Artifacts"),
+)
+
+
+def render(capsule: Capsule, *, checkpoint_id: str | None = None, quality: str = "ok") -> str:
+    """The capsule as the model reads it at the start of its input."""
+    head = "<context_capsule"
+    if checkpoint_id:
+        head += f' checkpoint="{checkpoint_id}"'
+    if quality != "ok":
+        head += f' quality="{quality}"'
+    lines = [head + ">",
+             "Earlier conversation was compacted into this capsule; the transcript keeps the full history "
+             "(use the recall tool with an entry id to read any of it).",
+             f"## Goal\n{capsule.goal or '(not stated)'}"]
+    for attr, title in _SECTIONS[:6]:
+        items = getattr(capsule, attr)
+        if items:
+            lines.append(f"## {title}\n" + "\n".join(f"- {i}" for i in items))
+        if attr == "pending" and capsule.decisions:
+            lines.append("## Decisions\n" + "\n".join(
+                f"- {d.what}" + (f" — because {d.why}" if d.why else "") for d in capsule.decisions))
+    for attr, title in _SECTIONS[6:8]:
+        items = getattr(capsule, attr)
+        if items:
+            lines.append(f"## {title}\n" + "\n".join(f"- {i}" for i in items))
+    if capsule.verification:
+        lines.append("## Verification\n" + "\n".join(
+            f"- `{v.command}`: {v.status}" + (f" ({v.detail})" if v.detail else "") for v in capsule.verification))
+    for attr, title in _SECTIONS[8:]:
+        items = getattr(capsule, attr)
+        if items:
+            lines.append(f"## {title}\n" + "\n".join(f"- {i}" for i in items))
+    if capsule.covers.count:
+        lines.append(f"(summarizes {capsule.covers.count} entries, {capsule.covers.first_id} .. "
+                     f"{capsule.covers.last_id})")
+    lines.append("</context_capsule>")
+    return "\n\n".join(lines)
+
+
+def field_names() -> list[str]:
+    return [f.name for f in fields(Capsule)]

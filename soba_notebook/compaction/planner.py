@@ -1,0 +1,113 @@
+"""Where to cut, and the immutable plan of one compaction. Pure functions over the session path.
+
+The *context* is what the model currently sees: the entries from the previous capsule's
+``firstKeptEntryId`` (or the root) to the leaf, without the capsule entries themselves. A new
+compaction summarizes a prefix of that context and keeps the rest verbatim, so the entries an
+earlier capsule kept but the new one does not are summarized, never silently lost.
+
+A cut is valid only at a boundary: the first kept entry is a user or assistant message (never a
+tool result), and every tool call before the cut has all its results before the cut, so a tool
+call is never separated from its result, nor a batch of parallel calls from any of theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..session.entries import Entry
+from .capsule import Capsule
+
+__all__ = ["CompactionPlan", "context_slice", "find_cut_point", "valid_boundaries"]
+
+
+def context_slice(path: Sequence[Entry]) -> tuple[list[Entry], Entry | None]:
+    """The entries of the current model context (capsule entries excluded) and the capsule in force."""
+    cap_i = None
+    for i in range(len(path) - 1, -1, -1):
+        if path[i].type == "capsule":
+            cap_i = i
+            break
+    if cap_i is None:
+        return [e for e in path if e.type != "capsule"], None
+    capsule = path[cap_i]
+    first = capsule.data.get("firstKeptEntryId")
+    start = cap_i + 1
+    if isinstance(first, str):
+        for i in range(cap_i - 1, -1, -1):
+            if path[i].id == first:
+                start = i
+                break
+    return [e for e in path[start:] if e.type != "capsule"], capsule
+
+
+def valid_boundaries(entries: Sequence[Entry]) -> tuple[list[int], bool]:
+    """Indices where a kept tail may begin, and whether cutting after the last entry is valid."""
+    valid: list[int] = []
+    open_calls: set[str] = set()
+    for i, e in enumerate(entries):
+        if e.role == "user":
+            # calls still open when the user speaks again were abandoned (an aborted reply in an
+            # imported session): no result can follow, so they cannot be separated from one
+            open_calls.clear()
+        if i > 0 and not open_calls and e.is_model_input and e.role != "tool":
+            valid.append(i)
+        if e.role == "assistant":
+            open_calls.update(c.id for c in e.tool_calls)
+        elif e.role == "tool":
+            open_calls.discard(e.tool_call_id or "")
+    return valid, not open_calls
+
+
+def find_cut_point(entries: Sequence[Entry], tokens: Sequence[int], keep_recent_tokens: int, *,
+                   max_tail_tokens: int | None = None) -> int | None:
+    """Index of the first entry to keep verbatim, or None when nothing can be summarized.
+
+    Keeps the smallest valid tail holding at least ``keep_recent_tokens``. When the tail must
+    also fit under ``max_tail_tokens`` (mandatory compactions), a later boundary is taken
+    instead, down to keeping nothing (``len(entries)``) if the calls are all answered.
+    """
+    valid, end_valid = valid_boundaries(entries)
+    suffix = [0] * (len(entries) + 1)
+    for i in range(len(entries) - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + tokens[i]
+    cut = None
+    for i in reversed(valid):
+        if suffix[i] >= keep_recent_tokens:
+            cut = i
+            break
+    if max_tail_tokens is not None and (cut is None or suffix[cut] > max_tail_tokens):
+        candidates = valid + ([len(entries)] if end_valid and entries else [])
+        cut = next((i for i in candidates if suffix[i] <= max_tail_tokens), None)
+    return cut if cut is not None and cut > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionPlan:
+    """Everything one compaction will do, fixed before it starts."""
+
+    operation_id: str
+    trigger: str
+    leaf_id: str | None
+    tokens_before: int
+    source: str
+    hard_limit: int
+    soft_limit: int
+    keep_recent_tokens: int
+    summarize: tuple[Entry, ...]
+    first_kept_entry_id: str | None
+    kept_tokens: int
+    summarized_tokens: int
+    previous_capsule: Capsule | None
+    previous_checkpoint_id: str | None
+    instructions: str | None = None
+
+    @property
+    def entry_count(self) -> int:
+        return len(self.summarize)
+
+    def to_event(self) -> dict[str, object]:
+        return {"operation_id": self.operation_id, "trigger": self.trigger, "tokens_before": self.tokens_before,
+                "hard_limit": self.hard_limit, "soft_limit": self.soft_limit, "source": self.source,
+                "summarized_entries": self.entry_count, "summarized_tokens": self.summarized_tokens,
+                "kept_tokens": self.kept_tokens, "first_kept_entry_id": self.first_kept_entry_id}

@@ -1,0 +1,132 @@
+"""Replay a recorded session through the compaction policy, with no model.
+
+Every assistant message in the source is an inference. Before each one the replay runs the real
+preflight barrier (same engine, same rules) with deterministic capsules, then appends the
+source entry, so a user can see where each trigger would fire, what each compaction would
+reclaim, and whether any request would have exceeded the hard limit, for any window and any
+thresholds, on their own sessions or on sessions recorded by other agents.
+
+Provider usage recorded in the source describes the *uncompacted* history, so it is trusted only
+until the first simulated capsule changes the model input (its ``contextKey`` stays ``root``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import SobaConfig
+from ..errors import CompactionFailed
+from ..events import Event, EventBus
+from ..session.context import build_context, pair_problems
+from ..session.entries import Entry
+from ..session.store import SessionStore
+from ..tokens import TokenCounter
+from .barrier import CompactionEngine, capsule_of
+from .capsule import Capsule
+from .triggers import Trigger, TurnState
+
+__all__ = ["InferenceRecord", "SimulationResult", "replay"]
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceRecord:
+    index: int
+    entry_id: str | None
+    turn: int
+    effective_tokens: int
+    source: str
+    hard_limit: int
+    soft_limit: int
+    trigger: str | None
+    outcome: str | None
+    reason: str | None
+    tokens_after: int
+    reclaimed_tokens: int
+    checkpoint_id: str | None
+    quality: str | None
+    oversized: bool
+    pairs_intact: bool
+    blocked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationResult:
+    inferences: tuple[InferenceRecord, ...]
+    capsules: tuple[Capsule, ...]
+    capsule_entries: tuple[Entry, ...] = field(default=())
+    session_path: Path | None = None
+
+
+def _dangling_calls(entries: Sequence[Entry]) -> set[str]:
+    """Calls that never get a result anywhere in the source: not the replay's fault."""
+    answered = {e.tool_call_id for e in entries if e.role == "tool"}
+    return {c.id for e in entries if e.role == "assistant" for c in e.tool_calls if c.id not in answered}
+
+
+def replay(source: Sequence[Entry], config: SobaConfig, *, counter: TokenCounter | None = None,
+           base_tokens: int = 0, workdir: str | Path | None = None) -> SimulationResult:
+    """Replay ``source`` (entries on a root-to-leaf path) and report every inference."""
+    counter = counter or TokenCounter(config.model.model)
+    tmp = tempfile.TemporaryDirectory() if workdir is None else None
+    directory = Path(workdir) if workdir is not None else Path(tmp.name)  # type: ignore[union-attr]
+    try:
+        return asyncio.run(_replay(source, config, counter, base_tokens, directory))
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+async def _replay(source: Sequence[Entry], config: SobaConfig, counter: TokenCounter, base_tokens: int,
+                  directory: Path) -> SimulationResult:
+    store = SessionStore.create(directory, meta={"simulation": True})
+    bus = EventBus()
+    ends: list[Event] = []
+    bus.subscribe(lambda e: ends.append(e) if e.type == "compaction_end" else None)
+    engine = CompactionEngine(store, config, counter, bus=bus, summarizer=None, base_tokens=base_tokens)
+    dangling = _dangling_calls(source)
+    records: list[InferenceRecord] = []
+    turn, turn_no, inference = TurnState(), 0, 0
+    for entry in source:
+        if entry.role == "user" and entry.message.get("source") is None and records:
+            engine.record_intent(Trigger.TURN_COMPLETE)
+            turn, turn_no = TurnState(), turn_no + 1
+        if entry.type == "checkpoint" and entry.data.get("kind") in ("milestone", "plan_pivot"):
+            engine.record_intent(str(entry.data["kind"]), str(entry.data.get("note", "")))
+        if entry.role == "assistant":
+            before = engine.measure()
+            ends.clear()
+            blocked = False
+            try:
+                after = await engine.preflight(turn)
+            except CompactionFailed:
+                after, blocked = engine.measure(), True
+            end = ends[-1].data if ends else None
+            ctx = build_context(store.path())
+            problems = [p for p in pair_problems(ctx.messages)
+                        if not any(f"'{cid}'" in p and "has no result" in p for cid in dangling)]
+            records.append(InferenceRecord(
+                index=inference, entry_id=entry.id, turn=turn_no, effective_tokens=before.effective,
+                source=before.source, hard_limit=before.hard_limit, soft_limit=before.soft_limit,
+                trigger=end["trigger"] if end else None, outcome=end["outcome"] if end else None,
+                reason=end["reason"] if end else None, tokens_after=after.effective,
+                reclaimed_tokens=end["reclaimed_tokens"] if end else 0,
+                checkpoint_id=end["checkpoint_id"] if end else None, quality=end["quality"] if end else None,
+                oversized=not blocked and after.effective > after.hard_limit, pairs_intact=not problems,
+                blocked=blocked))
+            inference += 1
+            turn.inferences += 1
+        if entry.type in ("capsule", "leaf", "session"):
+            continue  # the source's own compactions and rewinds are not replayed
+        data = dict(entry.data)
+        if entry.role == "assistant":
+            message = dict(entry.message)
+            message["contextKey"] = message.get("contextKey") or "root"
+            data["message"] = message
+        store.append(Entry(entry.type, data, entry.id if entry.id not in store else None, None, entry.ts))
+    capsule_entries = tuple(e for e in store.entries() if e.type == "capsule")
+    return SimulationResult(tuple(records), tuple(capsule_of(e) for e in capsule_entries), capsule_entries,
+                            store.file)

@@ -1,0 +1,182 @@
+"""Model summarization into a Context Capsule: prompt, chunking, parsing back.
+
+The summarizer is given the serialized history being replaced and the previous capsule's state,
+and must answer with the capsule as one JSON object. The answer is parsed, validated
+(:func:`~soba_notebook.compaction.capsule.validate_capsule_json`) and returned; the barrier then
+merges the deterministic facts into it so no modified file or verification command is lost.
+
+It does not know providers: it is handed a ``complete`` coroutine (system text, user text, max
+output tokens -> answer text), which the agent layer binds to the configured model, or to a
+separate compaction model.
+
+History larger than the summarizer's own window is summarized in chunks, each rolling the state
+from the previous chunk, so compaction never fails for being too big. Long tool results are
+truncated in the summarizer's input (the transcript keeps them whole).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..errors import CapsuleFormatError
+from ..session.entries import Entry
+from ..tokens import TokenCounter
+from .capsule import Capsule, roll
+
+__all__ = [
+    "SUMMARY_SYSTEM_PROMPT",
+    "CompleteFn",
+    "ModelSummarizer",
+    "Summarizer",
+    "SummaryRequest",
+    "build_summary_prompt",
+    "chunk_entries",
+    "parse_capsule_answer",
+    "serialize_entries",
+]
+
+#: (system, user, max_output_tokens) -> the model's text answer
+CompleteFn = Callable[[str, str, int], Awaitable[str]]
+ProgressFn = Callable[[float], None]
+
+TOOL_RESULT_CHARS = 2_000
+TOOL_ARGS_CHARS = 1_000
+
+SUMMARY_SYSTEM_PROMPT = """You compact the working history of a coding agent into a Context Capsule.
+The capsule replaces the history in the agent's context, so it must hold everything needed to continue:
+the goal, constraints the user set, what is done, active and pending, decisions and why, unresolved
+blockers, concrete next steps, files read and modified, verification commands with their last result,
+active skills and artifacts. Keep facts, drop chatter. Never invent files or results.
+Answer with ONE JSON object and nothing else, with exactly these keys:
+{"goal": str, "constraints": [str], "done": [str], "active": [str], "pending": [str],
+ "decisions": [{"what": str, "why": str}], "blockers": [str], "nextSteps": [str],
+ "filesRead": [str], "filesModified": [str],
+ "verification": [{"command": str, "status": "passed"|"failed"|"unknown", "detail": str}],
+ "activeSkills": [str], "artifacts": [str]}"""
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    entries: tuple[Entry, ...]
+    previous: Capsule | None
+    instructions: str | None = None
+
+
+class Summarizer(Protocol):
+    async def summarize(self, request: SummaryRequest, progress: ProgressFn) -> Capsule: ...
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: limit // 2] + f"\n[... {len(text) - limit} characters omitted ...]\n" + text[-limit // 2:]
+
+
+def serialize_entries(entries: Sequence[Entry]) -> str:
+    """History as plain text for the summarizer; tool results and arguments clipped."""
+    out: list[str] = []
+    for e in entries:
+        if e.type == "checkpoint":
+            out.append(f"[checkpoint {e.data.get('kind')}] {e.data.get('note', '')}")
+            continue
+        if not e.is_model_input:
+            continue
+        role = e.role
+        if role == "user":
+            out.append(f"[user {e.id}]\n{e.text}")
+        elif role == "assistant":
+            parts = [f"[assistant {e.id}]"]
+            if e.text:
+                parts.append(e.text)
+            for call in e.tool_calls:
+                args = json.dumps(dict(call.arguments), ensure_ascii=False)
+                parts.append(f"-> {call.name}({_clip(args, TOOL_ARGS_CHARS)})")
+            out.append("\n".join(parts))
+        elif role == "tool":
+            flag = " ERROR" if e.message.get("isError") else ""
+            out.append(f"[tool result {e.message.get('name', '')}{flag}]\n{_clip(e.text, TOOL_RESULT_CHARS)}")
+    return "\n\n".join(out)
+
+
+def build_summary_prompt(history: str, previous: Capsule | None, instructions: str | None) -> str:
+    parts = []
+    if previous is not None:
+        parts.append("Previous capsule state (roll it forward; keep what is still true):\n"
+                     + json.dumps(previous.to_json(), ensure_ascii=False))
+    parts.append("History to compact:\n<history>\n" + history + "\n</history>")
+    if instructions:
+        parts.append(f"Additional instructions from the user: {instructions}")
+    parts.append("Answer with the JSON object only.")
+    return "\n\n".join(parts)
+
+
+_FENCE = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)
+
+
+def parse_capsule_answer(text: str) -> Capsule:
+    """The capsule in a model's answer: a bare JSON object, or one inside a code fence."""
+    candidates: list[str] = [m.group(1) for m in _FENCE.finditer(text)]
+    start, end = text.find("{"), text.rfind("}")
+    if start >= 0 and end > start:
+        candidates.append(text[start:end + 1])
+    last_error = "no JSON object in the answer"
+    for raw in candidates:
+        try:
+            obj: Any = json.loads(raw)
+        except ValueError as exc:
+            last_error = f"not valid JSON ({exc})"
+            continue
+        if isinstance(obj, dict):
+            obj.setdefault("schemaVersion", 1)
+            obj = {k: v for k, v in obj.items() if k != "covers"}
+            return Capsule.from_json(obj, where="summarizer answer")
+    raise CapsuleFormatError(f"summarizer answer: {last_error}")
+
+
+def chunk_entries(entries: Sequence[Entry], counter: TokenCounter, budget_tokens: int) -> list[list[Entry]]:
+    """Split ``entries`` into runs whose serialized text fits ``budget_tokens`` each."""
+    chunks: list[list[Entry]] = [[]]
+    used = 0
+    for e in entries:
+        cost = counter.count_text(serialize_entries([e])) + 2
+        if chunks[-1] and used + cost > budget_tokens:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(e)
+        used += cost
+    return [c for c in chunks if c]
+
+
+class ModelSummarizer:
+    """Summarizes with a model through ``complete``; chunks when the input exceeds its window."""
+
+    def __init__(self, complete: CompleteFn, counter: TokenCounter, *, context_window: int,
+                 max_output_tokens: int = 4_000) -> None:
+        self.complete = complete
+        self.counter = counter
+        self.context_window = context_window
+        self.max_output_tokens = max_output_tokens
+
+    @property
+    def input_budget(self) -> int:
+        fixed = self.counter.count_text(SUMMARY_SYSTEM_PROMPT) + 500
+        return max(1_000, self.context_window - self.max_output_tokens - fixed)
+
+    async def summarize(self, request: SummaryRequest, progress: ProgressFn) -> Capsule:
+        previous = request.previous
+        prev_cost = self.counter.count_text(json.dumps(previous.to_json())) if previous else 0
+        budget = max(500, self.input_budget - prev_cost - 2_000)  # room for the rolling state
+        chunks = chunk_entries(request.entries, self.counter, budget)
+        state = previous
+        for n, chunk in enumerate(chunks):
+            prompt = build_summary_prompt(serialize_entries(chunk), state, request.instructions)
+            answer = await self.complete(SUMMARY_SYSTEM_PROMPT, prompt, self.max_output_tokens)
+            summary = parse_capsule_answer(answer)
+            # the model saw the previous state; rolling keeps anything it forgot to carry over
+            state = roll(state, summary)
+            progress((n + 1) / len(chunks))
+        return state or Capsule()

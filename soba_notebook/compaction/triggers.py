@@ -1,0 +1,146 @@
+"""Triggers, pending intents, the barrier's priority, and the two ROI gates. All pure.
+
+Seven triggers (seed section 4). Soft triggers only *record an intent*; nothing compacts in the
+background. At the preflight barrier the winner is chosen by priority: ``hard_limit`` >
+``milestone`` / ``plan_pivot`` > ``turn_complete`` > ``auto_threshold``. ``user`` (``%compact``)
+and ``context_overflow`` (the provider said the request was too long) are their own paths.
+``auto: false`` disables only the soft triggers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from ..budget import BudgetCheck
+from ..config import CompactionConfig
+
+__all__ = [
+    "EXEMPT_FROM_SOFT_ROI",
+    "MANDATORY",
+    "SOFT",
+    "Intent",
+    "IntentQueue",
+    "RoiCheck",
+    "Trigger",
+    "TurnState",
+    "choose_trigger",
+    "post_generation_roi",
+    "pre_generation_roi",
+]
+
+
+class Trigger(StrEnum):
+    HARD_LIMIT = "hard_limit"
+    MILESTONE = "milestone"
+    PLAN_PIVOT = "plan_pivot"
+    TURN_COMPLETE = "turn_complete"
+    AUTO_THRESHOLD = "auto_threshold"
+    USER = "user"
+    CONTEXT_OVERFLOW = "context_overflow"
+
+
+SOFT = frozenset({Trigger.MILESTONE, Trigger.PLAN_PIVOT, Trigger.TURN_COMPLETE, Trigger.AUTO_THRESHOLD})
+MANDATORY = frozenset({Trigger.HARD_LIMIT, Trigger.CONTEXT_OVERFLOW})
+EXEMPT_FROM_SOFT_ROI = frozenset({Trigger.HARD_LIMIT, Trigger.CONTEXT_OVERFLOW, Trigger.USER})
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    trigger: Trigger
+    note: str = ""
+    recorded_at: float = field(default_factory=time.time)
+
+
+def _enabled(trigger: Trigger, config: CompactionConfig) -> bool:
+    if trigger not in SOFT:
+        return True
+    if not config.auto:
+        return False
+    if trigger in (Trigger.MILESTONE, Trigger.PLAN_PIVOT):
+        return config.compact_on_milestone
+    if trigger is Trigger.TURN_COMPLETE:
+        return config.compact_on_turn_complete
+    return True
+
+
+class IntentQueue:
+    """Pending soft intents of one session. Each kind is held once and consumed once."""
+
+    def __init__(self) -> None:
+        self._pending: dict[Trigger, Intent] = {}
+
+    def record(self, trigger: Trigger | str, config: CompactionConfig, note: str = "") -> bool:
+        """Record a pending intent; False (and nothing recorded) when config disables it."""
+        trigger = Trigger(trigger)
+        if trigger not in (Trigger.MILESTONE, Trigger.PLAN_PIVOT, Trigger.TURN_COMPLETE):
+            raise ValueError(f"{trigger} is not an intent; only milestone, plan_pivot and turn_complete are")
+        if not _enabled(trigger, config):
+            return False
+        self._pending[trigger] = Intent(trigger, note)
+        return True
+
+    def pending(self) -> tuple[Intent, ...]:
+        return tuple(self._pending.values())
+
+    def consume(self, trigger: Trigger) -> Intent | None:
+        return self._pending.pop(trigger, None)
+
+    def clear(self) -> None:
+        self._pending.clear()
+
+
+@dataclass(slots=True)
+class TurnState:
+    """Per-turn bookkeeping the barrier needs: at most one soft attempt, one overflow retry."""
+
+    soft_attempted: bool = False
+    overflow_recovered: bool = False
+    inferences: int = 0
+
+
+def choose_trigger(check: BudgetCheck, intents: Sequence[Intent], config: CompactionConfig, *,
+                   soft_attempted: bool) -> Trigger | None:
+    """The trigger that wins at this preflight, or None when nothing is due."""
+    if check.over_hard:
+        return Trigger.HARD_LIMIT
+    if soft_attempted:
+        return None
+    pending = {i.trigger for i in intents}
+    for trigger in (Trigger.MILESTONE, Trigger.PLAN_PIVOT, Trigger.TURN_COMPLETE):
+        if trigger in pending and _enabled(trigger, config):
+            return trigger
+    if check.effective >= check.soft_limit and _enabled(Trigger.AUTO_THRESHOLD, config):
+        return Trigger.AUTO_THRESHOLD
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class RoiCheck:
+    reclaimable: int
+    savings_ratio: float
+    passed: bool
+    reason: str
+
+
+def _roi(reclaimable: int, total: int, config: CompactionConfig, what: str) -> RoiCheck:
+    ratio = reclaimable / total if total > 0 else 0.0
+    if reclaimable < config.min_reclaimable_tokens:
+        return RoiCheck(reclaimable, ratio, False, f"{what} {reclaimable} tokens < minReclaimableTokens "
+                                                   f"{config.min_reclaimable_tokens}")
+    if ratio < config.min_savings_ratio:
+        return RoiCheck(reclaimable, ratio, False, f"{what} savings ratio {ratio:.3f} < minSavingsRatio "
+                                                   f"{config.min_savings_ratio}")
+    return RoiCheck(reclaimable, ratio, True, "")
+
+
+def pre_generation_roi(effective: int, config: CompactionConfig) -> RoiCheck:
+    """Seed section 6: ``reclaimable = effective - keepRecentTokens``, ratio over effective."""
+    return _roi(effective - config.keep_recent_tokens, effective, config, "estimated reclaimable")
+
+
+def post_generation_roi(tokens_before: int, tokens_after: int, config: CompactionConfig) -> RoiCheck:
+    """Seed section 6, after generation: the exact continuation against what it replaces."""
+    return _roi(tokens_before - tokens_after, tokens_before, config, "measured reclaimed")
