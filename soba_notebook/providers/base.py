@@ -203,7 +203,7 @@ def repair_tool_pairing(messages: Sequence[Mapping[str, Any]]) -> list[dict[str,
             continue
         calls = _calls_of(message) if role == "assistant" else []
         if not calls:
-            out.append(message)
+            out.append({**message, "toolCalls": []} if role == "assistant" else message)
             continue
         wanted: dict[str, dict[str, Any]] = {}
         duplicates: list[dict[str, Any]] = []

@@ -14,7 +14,8 @@ once:
   sleep and jitter, honouring ``retry-after`` (seconds or HTTP date) and ``retry-after-ms``.
 * :func:`stream_with_retries` — the request loop: send, retry what is safe to retry (error
   statuses, connection failures and timeouts before the first body byte), hand the byte stream to
-  the wire parser, and always close the response (also on cancellation).
+  the wire parser, read the end of the body so the connection returns to the pool, and always
+  close the response (also on cancellation).
 * :class:`ClientCache` — one ``httpx.AsyncClient`` per event loop, so a provider object can be
   used from ``asyncio.run`` in tests and from the notebook's background loop alike.
 
@@ -263,6 +264,23 @@ async def _read_error_body(response: httpx.Response, limit: int = 65536) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+#: How long to wait for the end of a body after the answer is complete (``[DONE]``,
+#: ``message_stop``). Reading it lets the connection go back to the pool for the next inference;
+#: a server that keeps the stream open longer just costs a fresh connection next time.
+DRAIN_SECONDS = 2.0
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    async def read_rest() -> None:
+        async for _ in chunks:
+            pass
+
+    try:
+        await asyncio.wait_for(read_rest(), DRAIN_SECONDS)
+    except (TimeoutError, httpx.TransportError):
+        pass
+
+
 def _timeout_seconds(client: httpx.AsyncClient) -> str:
     read = client.timeout.read
     return f"{read:g} s" if isinstance(read, int | float) else "the configured time"
@@ -326,7 +344,9 @@ async def stream_with_retries(
                 else:
                     tap = _Tap(response.aiter_bytes())
                     try:
-                        return await consume(tap)
+                        result = await consume(tap)
+                        await _drain(tap)
+                        return result
                     except httpx.TimeoutException as exc:
                         if tap.started:
                             raise ProviderError(ctx.say(

@@ -1,0 +1,30 @@
+"""Model providers: the interface the agent uses, and its httpx implementations.
+
+``base`` defines the values (:class:`ModelRequest`, :class:`StreamEvent`, :class:`ModelResponse`)
+and the :class:`Provider` protocol; ``openai`` and ``anthropic`` speak the two wires; ``retry``
+owns retries and error classification; ``sse`` parses event streams; ``factory`` builds a provider
+from the config's ``model`` block. The scripted offline model (``scripted``) is imported lazily by
+the factory, never from here.
+"""
+
+from __future__ import annotations
+
+from .anthropic import AnthropicProvider
+from .base import ModelRequest, ModelResponse, Provider, StreamEvent, ToolSpec, repair_tool_pairing
+from .factory import PROVIDER_NAMES, make_provider
+from .openai import OpenAIChatProvider
+from .retry import is_context_overflow
+
+__all__ = [
+    "PROVIDER_NAMES",
+    "AnthropicProvider",
+    "ModelRequest",
+    "ModelResponse",
+    "OpenAIChatProvider",
+    "Provider",
+    "StreamEvent",
+    "ToolSpec",
+    "is_context_overflow",
+    "make_provider",
+    "repair_tool_pairing",
+]

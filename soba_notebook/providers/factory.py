@@ -1,0 +1,104 @@
+"""Build a :class:`~soba_notebook.providers.base.Provider` from the config's ``model`` block.
+
+The ``model`` block names a wire and where to reach it; secrets never appear in it (DESIGN.md:
+"Secrets come from the environment only"), only the *name* of the environment variable holding
+the key. Several provider names are aliases of the OpenAI-compatible wire with their usual local
+or hosted address, so ``{"provider": "ollama", "model": "qwen2.5-coder"}`` is a complete config.
+
+Keys read here: ``provider``, ``model``, ``baseUrl``, ``apiKeyEnv``, ``contextWindow``. Other
+keys of the block (``maxOutputTokens``…) belong to the request and are ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from soba_notebook.errors import ConfigError
+
+from .anthropic import AnthropicProvider
+from .base import Provider
+from .openai import OpenAIChatProvider
+
+__all__ = ["OPENAI_COMPATIBLE", "PROVIDER_NAMES", "OpenAICompatibleDefaults", "make_provider"]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAICompatibleDefaults:
+    """Where an OpenAI-compatible provider alias lives by default, and its key variable."""
+
+    display_name: str
+    base_url: str
+    api_key_env: str
+
+
+OPENAI_COMPATIBLE: Mapping[str, OpenAICompatibleDefaults] = {
+    "openai": OpenAICompatibleDefaults("OpenAI-compatible", "https://api.openai.com/v1", "OPENAI_API_KEY"),
+    "openrouter": OpenAICompatibleDefaults("OpenRouter", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+    "ollama": OpenAICompatibleDefaults("Ollama", "http://127.0.0.1:11434/v1", "OLLAMA_API_KEY"),
+    "vllm": OpenAICompatibleDefaults("vLLM", "http://127.0.0.1:8000/v1", "VLLM_API_KEY"),
+    "lmstudio": OpenAICompatibleDefaults("LM Studio", "http://127.0.0.1:1234/v1", "LMSTUDIO_API_KEY"),
+    "llamacpp": OpenAICompatibleDefaults("llama.cpp", "http://127.0.0.1:8080/v1", "LLAMACPP_API_KEY"),
+}
+
+#: Every accepted value of ``model.provider``.
+PROVIDER_NAMES: tuple[str, ...] = ("anthropic", *OPENAI_COMPATIBLE, "scripted")
+
+
+def _optional_str(config: Mapping[str, Any], key: str) -> str | None:
+    value = config.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ConfigError(f"model.{key} must be a string, not {value!r}", key=f"model.{key}", value=value)
+    return value
+
+
+def _context_window(config: Mapping[str, Any]) -> int | None:
+    value = config.get("contextWindow")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"model.contextWindow must be a positive integer, not {value!r}",
+                          key="model.contextWindow", value=value)
+    return value
+
+
+def make_provider(model_config: Mapping[str, Any], *,
+                  transport: httpx.AsyncBaseTransport | None = None) -> Provider:
+    """The provider the ``model`` block describes. Raises :class:`ConfigError` for an unknown
+    provider, a missing model name, a malformed value, or a key written into the config."""
+    raw_name = model_config.get("provider", "openai")
+    name = str(raw_name).strip().lower().replace("-", "").replace("_", "").replace(".", "")
+    if name == "scripted":
+        from .scripted import ScriptedModel  # written elsewhere; imported only when asked for
+
+        return ScriptedModel()
+    if name not in PROVIDER_NAMES:
+        raise ConfigError(f"unknown model provider {raw_name!r}; use one of: {', '.join(PROVIDER_NAMES)}",
+                          key="model.provider", value=raw_name)
+    for secret_key in ("apiKey", "api_key", "key"):
+        if model_config.get(secret_key):
+            raise ConfigError(f"model.{secret_key} is not allowed: secrets come from the environment only; "
+                              "set model.apiKeyEnv to the name of the variable that holds the key",
+                              key=f"model.{secret_key}", value="[redacted]")
+    model = _optional_str(model_config, "model")
+    if model is None:
+        raise ConfigError(f"model.model is required for provider {name!r}", key="model.model")
+    base_url = _optional_str(model_config, "baseUrl")
+    if base_url is not None and not base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"model.baseUrl must start with http:// or https://, not {base_url!r}",
+                          key="model.baseUrl", value=base_url)
+    key_env = _optional_str(model_config, "apiKeyEnv")
+    context_window = _context_window(model_config)
+    if name == "anthropic":
+        return AnthropicProvider(model, base_url=base_url or "https://api.anthropic.com",
+                                 api_key_env=key_env or "ANTHROPIC_API_KEY", transport=transport,
+                                 context_window=context_window)
+    defaults = OPENAI_COMPATIBLE[name]
+    return OpenAIChatProvider(model, base_url=base_url or defaults.base_url,
+                              api_key_env=key_env or defaults.api_key_env, transport=transport,
+                              context_window=context_window, display_name=defaults.display_name)
