@@ -1,0 +1,780 @@
+"""The agent's tools: their schemas, argument checking, execution, and bounded output.
+
+This module owns the contract between the model and the machine:
+
+* :class:`ToolRegistry` lists :class:`~soba_notebook.providers.base.ToolSpec` schemas for the
+  request and runs a call by name. ``run`` never raises for anything the model can cause: an
+  unknown tool, missing or mistyped arguments, a path outside the workspace, a failing command all
+  come back as ``ToolOutcome(is_error=True)`` with a message that says what to do instead.
+* :class:`ToolContext` is everything a tool may touch (workspace, config, session store, the
+  kernel's namespace, checkpoint callbacks, skills, the cancel token). Tools reach nothing else.
+* Output bounding: a result longer than ``tools.maxOutputChars`` keeps its head and tail for the
+  model, with a pointer line ``[output truncated: N characters; full text in .soba/outputs/<id>.txt]``
+  and the full text written to that file, so nothing is lost and the model can read it in pieces.
+
+Confinement and the file operations live in :mod:`.workspace`. Shell commands are not sandboxed:
+they run with the user's rights and can reach anything the user can; ``tools.allowShell: false``
+removes the tool. ``allowWrite`` and ``allowPython`` likewise remove ``write_file``/``edit_file``
+and ``python``; a call to a removed tool is refused, not run.
+
+Argument names are part of the contract (the compaction extractor reads ``path`` of the file
+tools and ``command`` of ``shell``, and a shell result always ends with ``[exit code N]`` or
+``[timed out after Ns]``).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import ctypes
+import inspect
+import json
+import linecache
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from itertools import count
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..config import ToolsConfig
+from ..errors import SessionError, ToolError
+from ..providers.base import ToolSpec
+from ..session.entries import new_id
+from . import workspace as ws
+
+if TYPE_CHECKING:
+    from ..cancel import CancelToken
+    from ..session.store import SessionStore
+    from .skills import SkillRegistry
+
+__all__ = [
+    "CHECKPOINT_KINDS",
+    "Tool",
+    "ToolContext",
+    "ToolOutcome",
+    "ToolRegistry",
+    "ToolSpec",
+    "bound_output",
+    "default_tools",
+]
+
+CHECKPOINT_KINDS = ("milestone", "plan_pivot")
+
+#: Bytes of command output read back into memory at most; the middle of anything longer is dropped.
+_SHELL_READ_CAP = 32 * 1024 * 1024
+#: Seconds to wait for a python worker thread after interrupting it on cancel.
+_PYTHON_INTERRUPT_GRACE = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """The result of one tool call.
+
+    ``content`` is what the model sees (already bounded); ``full_chars`` is the length of the full
+    text when ``content`` was truncated; ``data`` holds structured extras for the UI and the
+    transcript (``exit_code``, ``path``, ``spill_path``, ``cancelled``…) and is not sent to the model.
+    """
+
+    content: str
+    is_error: bool = False
+    full_chars: int | None = None
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def cancelled(self) -> bool:
+        return bool(self.data.get("cancelled"))
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """What tools may touch. Built by the agent; ``workspace`` is resolved on construction.
+
+    ``record_intent(kind, note) -> bool`` records a compaction intent and says whether config
+    allowed it; ``append_checkpoint(kind, note)`` appends the checkpoint entry. ``user_namespace``
+    is where ``python`` runs (the kernel's namespace in a notebook); without one a private dict,
+    kept for the life of this context, is used. ``spill_dir`` defaults to ``<workspace>/.soba/outputs``.
+    ``hidden_env`` names environment variables removed from the environment of shell commands
+    (the model's API key variable), so ``env`` in a command does not copy a secret into the transcript.
+    """
+
+    workspace: Path
+    config: ToolsConfig = field(default_factory=ToolsConfig)
+    store: SessionStore | None = None
+    user_namespace: dict[str, Any] | None = None
+    record_intent: Callable[[str, str], bool] | None = None
+    append_checkpoint: Callable[[str, str], None] | None = None
+    skills: SkillRegistry | None = None
+    cancel: CancelToken | None = None
+    spill_dir: Path | None = None
+    hidden_env: frozenset[str] = frozenset()
+    _private_namespace: dict[str, Any] = field(default_factory=lambda: {"__name__": "__soba__"}, init=False,
+                                               repr=False)
+
+    def __post_init__(self) -> None:
+        self.workspace = Path(self.workspace).expanduser().resolve()
+        if self.spill_dir is None:
+            self.spill_dir = self.workspace / ".soba" / "outputs"
+
+    @classmethod
+    def from_config(cls, config: ToolsConfig, *, base_dir: str | os.PathLike[str] | None = None,
+                    **kwargs: Any) -> ToolContext:
+        """A context whose workspace is ``config.workspace``, relative to ``base_dir`` (default: cwd)."""
+        root = Path(config.workspace).expanduser()
+        if not root.is_absolute():
+            root = Path(base_dir or os.getcwd()) / root
+        return cls(root, config, **kwargs)
+
+    @property
+    def python_namespace(self) -> dict[str, Any]:
+        return self.user_namespace if self.user_namespace is not None else self._private_namespace
+
+
+Handler = Callable[[dict[str, Any], ToolContext], Awaitable["_Raw"]]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """A tool: its schema, its handler, and the config switch (if any) it requires."""
+
+    spec: ToolSpec
+    handler: Handler
+    requires: str | None = None  # a ToolsConfig boolean field, e.g. "allow_shell"
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass(frozen=True, slots=True)
+class _Raw:
+    """A handler's unbounded result. ``footer`` is kept verbatim after truncation (shell's exit line)."""
+
+    text: str
+    is_error: bool = False
+    data: Mapping[str, Any] = field(default_factory=dict)
+    footer: str = ""
+
+
+# -- output bounding ---------------------------------------------------------------------------
+
+def _cut_head(text: str, size: int) -> str:
+    head = text[:size]
+    newline = head.rfind("\n")
+    return head[:newline] if newline >= size * 0.8 else head
+
+
+def _cut_tail(text: str, size: int) -> str:
+    tail = text[len(text) - size:] if size > 0 else ""
+    newline = tail.find("\n")
+    return tail[newline + 1:] if 0 <= newline <= size * 0.2 else tail
+
+
+def bound_output(text: str, limit: int, spill_dir: Path | None, workspace: Path, label: str = "output",
+                 footer: str = "") -> tuple[str, int | None, str | None]:
+    """``(content, full_chars, spill_path)``: ``text + footer`` bounded to about ``limit`` characters.
+
+    Short text passes unchanged (``full_chars`` and ``spill_path`` are ``None``). Long text keeps
+    its head and tail around a pointer line and is written whole to ``spill_dir/<label>-<id>.txt``;
+    the pointer names that file relative to ``workspace`` when it is inside. ``footer`` (a line
+    such as ``[exit code 1]``) always stays at the very end.
+    """
+    full = text + footer
+    if len(full) <= limit:
+        return full, None, None
+    spill_path: str | None = None
+    where = "the full text could not be saved"
+    if spill_dir is not None:
+        try:
+            spill_dir.mkdir(parents=True, exist_ok=True)
+            file = spill_dir / f"{label}-{new_id()}.txt"
+            file.write_text(full, encoding="utf-8")
+            spill_path = ws.display_path(workspace, file.resolve())
+            where = f"full text in {spill_path}"
+        except OSError as exc:
+            where = f"the full text could not be saved ({exc.strerror or exc})"
+    pointer = f"\n[output truncated: {len(full):,} characters; {where}]\n"
+    room = max(limit - len(pointer) - len(footer), 0)
+    head = _cut_head(text, room - room // 3)
+    tail = _cut_tail(text, room // 3)
+    return head + pointer + tail + footer, len(full), spill_path
+
+
+# -- argument checking -------------------------------------------------------------------------
+
+_TYPE_NAMES = {"string": "a string", "integer": "a whole number", "number": "a number",
+               "boolean": "true or false", "object": "an object", "array": "an array"}
+
+
+def _describe_arguments(spec: ToolSpec) -> str:
+    props = spec.parameters.get("properties", {})
+    required = set(spec.parameters.get("required", ()))
+    if not props:
+        return f"{spec.name} takes no arguments"
+    parts = []
+    for key, schema in props.items():
+        kind = schema.get("type", "any")
+        if "enum" in schema:
+            kind = " | ".join(json.dumps(v) for v in schema["enum"])
+        parts.append(f"{key} ({kind}{', required' if key in required else ', optional'})")
+    return f"{spec.name} expects: " + ", ".join(parts)
+
+
+def _coerce(value: Any, kind: str | None) -> tuple[bool, Any]:
+    """``(ok, value)``: ``value`` checked against a JSON-schema type, with the lenient conversions
+    models need (``"10"`` for 10, ``10.0`` for an integer, ``"true"`` for a boolean)."""
+    if kind is None:
+        return True, value
+    if kind == "string":
+        return isinstance(value, str), value
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return True, value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return True, value.strip().lower() == "true"
+        return False, value
+    if kind in ("integer", "number"):
+        if isinstance(value, str):
+            try:
+                value = float(value.strip()) if kind == "number" else int(value.strip())
+            except ValueError:
+                return False, value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False, value
+        if kind == "integer":
+            if value != int(value):
+                return False, value
+            return True, int(value)
+        return True, value
+    if kind == "object":
+        return isinstance(value, Mapping), value
+    if kind == "array":
+        return isinstance(value, list | tuple), value
+    return True, value
+
+
+def _validate(spec: ToolSpec, arguments: Any) -> dict[str, Any]:
+    """The checked arguments, or a ToolError that lists what the tool expects."""
+    expected = _describe_arguments(spec)
+    if not isinstance(arguments, Mapping):
+        raise ToolError(f"the arguments of {spec.name} must be a JSON object; {expected}")
+    if "_raw_arguments" in arguments:
+        raw = str(arguments["_raw_arguments"])
+        shown = raw if len(raw) <= 200 else raw[:200] + "…"
+        raise ToolError(f"the arguments of {spec.name} were not a valid JSON object ({shown}); {expected}")
+    props: Mapping[str, Any] = spec.parameters.get("properties", {})
+    required = list(spec.parameters.get("required", ()))
+    args = {k: v for k, v in arguments.items() if v is not None}
+    unknown = sorted(set(args) - set(props))
+    if unknown:
+        raise ToolError(f"{spec.name} got unknown argument{'s' if len(unknown) > 1 else ''} "
+                        f"{', '.join(unknown)}; {expected}")
+    missing = [k for k in required if k not in args]
+    if missing:
+        raise ToolError(f"{spec.name} is missing required argument{'s' if len(missing) > 1 else ''} "
+                        f"{', '.join(missing)}; {expected}")
+    checked: dict[str, Any] = {}
+    for key, value in args.items():
+        schema = props[key]
+        kind = schema.get("type")
+        ok, converted = _coerce(value, kind)
+        if not ok:
+            raise ToolError(f"{spec.name}: {key} must be {_TYPE_NAMES.get(kind, kind)}, got {value!r}; {expected}")
+        if "enum" in schema and converted not in schema["enum"]:
+            allowed = ", ".join(json.dumps(v) for v in schema["enum"])
+            raise ToolError(f"{spec.name}: {key} must be one of {allowed}, got {value!r}")
+        checked[key] = converted
+    return checked
+
+
+# -- file tools --------------------------------------------------------------------------------
+
+def _file_raw(result: ws.FileResult) -> _Raw:
+    return _Raw(result.text, data=dict(result.data))
+
+
+async def _read_file(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+    return _file_raw(await asyncio.to_thread(ws.read_file, ctx.workspace, args["path"], args.get("start_line"),
+                                             args.get("end_line")))
+
+
+async def _write_file(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+    return _file_raw(await asyncio.to_thread(ws.write_file, ctx.workspace, args["path"], args["content"]))
+
+
+async def _edit_file(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+    return _file_raw(await asyncio.to_thread(ws.edit_file, ctx.workspace, args["path"], args["old"], args["new"],
+                                             bool(args.get("replace_all", False))))
+
+
+async def _list_files(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+    return _file_raw(await asyncio.to_thread(ws.list_files, ctx.workspace, args.get("path", ".")))
+
+
+async def _glob(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+    return _file_raw(await asyncio.to_thread(ws.glob_files, ctx.workspace, args["pattern"]))
+
+
+async def _grep(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+    return _file_raw(await asyncio.to_thread(ws.grep_files, ctx.workspace, args["pattern"], args.get("path", "."),
+                                             args.get("glob")))
+
+
+# -- shell -------------------------------------------------------------------------------------
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _read_capture(file: Any) -> str:
+    size = os.fstat(file.fileno()).st_size
+    file.seek(0)
+    if size <= _SHELL_READ_CAP:
+        data = file.read()
+    else:
+        half = _SHELL_READ_CAP // 2
+        head = file.read(half)
+        file.seek(size - half)
+        data = head + f"\n[{size - 2 * half:,} bytes of output were not kept]\n".encode() + file.read()
+    return data.decode("utf-8", errors="replace")
+
+
+async def _shell(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+    command: str = args["command"]
+    timeout = float(args.get("timeout_sec") or ctx.config.shell_timeout_sec)
+    if timeout <= 0:
+        raise ToolError(f"timeout_sec must be greater than 0, got {args.get('timeout_sec')!r}")
+    env = {k: v for k, v in os.environ.items() if k not in ctx.hidden_env}
+    env.update({"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"})
+    env.setdefault("TERM", "dumb")
+    # Output goes to an anonymous file, not a pipe: a background process that keeps the
+    # descriptor open can never make us wait, and any amount of output costs no memory.
+    with tempfile.TemporaryFile() as capture:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "bash", "-lc", command, cwd=ctx.workspace, stdin=subprocess.DEVNULL, stdout=capture,
+                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        except OSError as exc:
+            raise ToolError(f"cannot start bash in {ctx.workspace}: {exc.strerror or exc}") from None
+        waiter = asyncio.ensure_future(proc.wait())
+        watchers: set[asyncio.Future[Any]] = {waiter}
+        cancel_watch = asyncio.ensure_future(ctx.cancel.wait()) if ctx.cancel is not None else None
+        if cancel_watch is not None:
+            watchers.add(cancel_watch)
+        try:
+            await asyncio.wait(watchers, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if waiter.done():
+                status = "exited"
+            elif ctx.cancel is not None and ctx.cancel.cancelled:
+                status = "cancelled"
+            else:
+                status = "timed_out"
+        finally:
+            if cancel_watch is not None:
+                cancel_watch.cancel()
+            if not waiter.done():
+                _kill_group(proc.pid)  # timeout, cancel, or the agent's own task was cancelled
+                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(waiter), 10)
+        output = _read_capture(capture).rstrip("\n")
+    data: dict[str, Any] = {"command": command}
+    prefix = output + "\n" if output else ""
+    if status == "exited":
+        code = proc.returncode if proc.returncode is not None else -1
+        if code < 0:  # killed by a signal: report it the way a shell does
+            data["signal"] = -code
+            code = 128 - code
+        data["exit_code"] = code
+        return _Raw(prefix, is_error=code != 0, data=data, footer=f"[exit code {code}]")
+    if status == "cancelled":
+        data["cancelled"] = True
+        return _Raw(prefix, is_error=True, data=data, footer="[cancelled: the command was stopped]")
+    data["timed_out"] = True
+    return _Raw(prefix, is_error=True, data=data, footer=f"[timed out after {timeout:g}s]")
+
+
+# -- python ------------------------------------------------------------------------------------
+
+class _ThreadRoutedStream:
+    """Stands in for ``sys.stdout``/``sys.stderr``: writes from registered threads go to their
+    buffer, every other thread's writes go to the original stream (the kernel's output)."""
+
+    def __init__(self, fallback: Any) -> None:
+        self.fallback = fallback
+        self.targets: dict[int, list[str]] = {}
+
+    def write(self, text: str) -> int:
+        target = self.targets.get(threading.get_ident())
+        if target is None:
+            return self.fallback.write(text)
+        target.append(str(text))
+        return len(text)
+
+    def flush(self) -> None:
+        if threading.get_ident() not in self.targets:
+            self.fallback.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fallback, name)
+
+
+_ROUTING_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _capture_this_thread(buffer: list[str]) -> Any:
+    ident = threading.get_ident()
+    routers: list[tuple[str, _ThreadRoutedStream]] = []
+    with _ROUTING_LOCK:
+        for name in ("stdout", "stderr"):
+            current = getattr(sys, name)
+            if not isinstance(current, _ThreadRoutedStream):
+                current = _ThreadRoutedStream(current)
+                setattr(sys, name, current)
+            current.targets[ident] = buffer
+            routers.append((name, current))
+    try:
+        yield
+    finally:
+        with _ROUTING_LOCK:
+            for name, router in routers:
+                router.targets.pop(ident, None)
+                if not router.targets and getattr(sys, name) is router:
+                    setattr(sys, name, router.fallback)
+
+
+_cell_numbers = count(1)
+
+
+def _user_traceback(exc: BaseException, filename: str) -> str:
+    if isinstance(exc, SyntaxError) and exc.filename == filename:
+        return "".join(traceback.format_exception_only(type(exc), exc))
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+
+
+def _execute_python(code: str, namespace: dict[str, Any], filename: str,
+                    out: list[str]) -> tuple[str | None, str | None]:
+    """Run ``code`` like a REPL cell: ``(repr of the trailing expression, traceback text)``."""
+    linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    with _capture_this_thread(out):
+        try:
+            tree = ast.parse(code, filename, "exec")
+            last: ast.Expression | None = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            body = compile(tree, filename, "exec", flags=flags)
+            _run_code(body, namespace)
+            if last is None:
+                return None, None
+            value = _run_code(compile(last, filename, "eval", flags=flags), namespace)
+            return (None if value is None else repr(value)), None
+        except BaseException as exc:  # the cell's own errors (and interrupts) are its output
+            return None, _user_traceback(exc, filename)
+
+
+def _run_code(code: Any, namespace: dict[str, Any]) -> Any:
+    result = eval(code, namespace)
+    if code.co_flags & inspect.CO_COROUTINE:
+        result = asyncio.run(result)  # top-level await: a fresh loop in this worker thread
+    return result
+
+
+@dataclass(slots=True)
+class _PythonRun:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    finished: bool = False
+    thread_id: int | None = None
+
+
+def _interrupt(run: _PythonRun) -> None:
+    with run.lock:
+        if run.finished or run.thread_id is None:
+            return
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(run.thread_id),
+                                                   ctypes.py_object(KeyboardInterrupt))
+
+
+async def _python(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+    """Run a cell on its own worker thread so the event loop stays free.
+
+    Output printed by that thread (stdout and stderr, in order) is captured; other threads,
+    including the kernel's own, keep printing where they did. Because the cell runs off the main
+    thread, code that needs it (installing signal handlers, some GUI backends) fails with its
+    usual error. On cancel the thread gets a ``KeyboardInterrupt``; code blocked inside a C call
+    may not notice, and is then reported as possibly still running.
+    """
+    code: str = args["code"]
+    namespace = ctx.python_namespace
+    filename = f"<soba-python-{next(_cell_numbers)}>"
+    out: list[str] = []
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[tuple[str | None, str | None]] = loop.create_future()
+    run = _PythonRun()
+
+    def deliver(result: tuple[str | None, str | None]) -> None:
+        if not done.done():
+            done.set_result(result)
+
+    def worker() -> None:
+        result: tuple[str | None, str | None] = (None, "KeyboardInterrupt: interrupted before the code started\n")
+        try:
+            result = _execute_python(code, namespace, filename, out)
+        except BaseException:  # an interrupt that landed outside the cell: the default result says so
+            pass
+        finally:
+            with run.lock:
+                run.finished = True
+            with contextlib.suppress(RuntimeError):  # the loop may be gone if the agent shut down
+                loop.call_soon_threadsafe(deliver, result)
+
+    # A dedicated daemon thread (not the shared to_thread pool) so a cancel can interrupt it
+    # without the interrupt ever landing in someone else's work.
+    thread = threading.Thread(target=worker, name="soba-python", daemon=True)
+    thread.start()
+    run.thread_id = thread.ident
+    waiters: set[asyncio.Future[Any]] = {done}
+    cancel_watch = asyncio.ensure_future(ctx.cancel.wait()) if ctx.cancel is not None else None
+    if cancel_watch is not None:
+        waiters.add(cancel_watch)
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if cancel_watch is not None:
+            cancel_watch.cancel()
+        if not done.done():
+            _interrupt(run)
+    if not done.done():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(done), _PYTHON_INTERRUPT_GRACE)
+        text = "".join(out).rstrip("\n")
+        note = "[cancelled: the code was interrupted]" if done.done() else \
+            "[cancelled: the code could not be interrupted and may still be running in the background]"
+        return _Raw((text + "\n" if text else ""), is_error=True, data={"cancelled": True}, footer=note)
+    value, error = done.result()
+    text = "".join(out)
+    if error is not None:
+        return _Raw((text.rstrip("\n") + "\n" if text.strip() else "") + error.rstrip("\n"), is_error=True)
+    if value is not None:
+        text = (text.rstrip("\n") + "\n" if text else "") + value
+    return _Raw(text.rstrip("\n") or "(no output)", data={"has_value": value is not None})
+
+
+# -- session tools -----------------------------------------------------------------------------
+
+async def _recall(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+    entry_id = str(args["entry_id"]).strip()
+    store = ctx.store
+    if store is None:
+        raise ToolError("recall is unavailable: this agent has no session store")
+    if entry_id not in store:
+        with contextlib.suppress(SessionError):
+            store.refresh()  # another writer may have appended it
+    if entry_id not in store:
+        raise ToolError(f"no entry with id {entry_id!r} in session {store.id}; ids appear in the context "
+                        f"capsule and in recalled entries' parentId")
+    entry = store.get(entry_id)
+    return _Raw(json.dumps(entry.to_json(), ensure_ascii=False), data={"entry_id": entry_id, "type": entry.type})
+
+
+async def _checkpoint(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+    kind, note = args["kind"], args["note"]
+    if ctx.append_checkpoint is None and ctx.record_intent is None:
+        raise ToolError("checkpoints are unavailable in this context (no session to record them in)")
+    if ctx.append_checkpoint is not None:
+        ctx.append_checkpoint(kind, note)
+    recorded = bool(ctx.record_intent(kind, note)) if ctx.record_intent is not None else False
+    label = "milestone" if kind == "milestone" else "plan pivot"
+    if recorded:
+        tail = "a compaction intent was recorded; it is considered before the next model request"
+    else:
+        tail = ("no compaction intent was recorded: compaction on checkpoints is disabled by config "
+                "(compaction.compactOnMilestone or compaction.auto is false)")
+    return _Raw(f"{label} checkpoint recorded; {tail}", data={"kind": kind, "intent_recorded": recorded})
+
+
+def _require_skills(ctx: ToolContext) -> SkillRegistry:
+    if ctx.skills is None:
+        raise ToolError("skills are unavailable in this context")
+    return ctx.skills
+
+
+async def _activate_skill(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+    skills = _require_skills(ctx)
+    name = args["name"].strip()
+    before = skills.active()
+    active = skills.activate(name)
+    if name in before:
+        text = f"skill {name} was already active; active skills: {', '.join(active)}"
+    else:
+        text = (f"activated skill {name}; its instructions are part of the system prompt from the next request "
+                f"on. Active skills: {', '.join(active)}")
+    return _Raw(text, data={"activeSkills": list(active), "changed": active != before})
+
+
+async def _deactivate_skill(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+    skills = _require_skills(ctx)
+    name = args["name"].strip()
+    before = skills.active()
+    active = skills.deactivate(name)
+    rest = ", ".join(active) or "none"
+    text = (f"deactivated skill {name}; active skills: {rest}" if name in before
+            else f"skill {name} was not active; active skills: {rest}")
+    return _Raw(text, data={"activeSkills": list(active), "changed": active != before})
+
+
+# -- schemas -----------------------------------------------------------------------------------
+
+def _schema(required: Iterable[str] = (), **props: Mapping[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": dict(props), "required": list(required), "additionalProperties": False}
+
+
+def _string(description: str) -> dict[str, Any]:
+    return {"type": "string", "description": description}
+
+
+_PATH = "Path relative to the workspace root (absolute paths must lie inside it)."
+
+_TOOLS: tuple[Tool, ...] = (
+    Tool(ToolSpec("read_file", "Read a text file from the workspace. Lines come back numbered from 1; use "
+                  "start_line/end_line to read part of a long file.",
+                  _schema(["path"], path=_string(_PATH),
+                          start_line={"type": "integer", "description": "First line to show (1-based)."},
+                          end_line={"type": "integer", "description": "Last line to show (inclusive)."})),
+         _read_file),
+    Tool(ToolSpec("write_file", "Create or overwrite a file with the given content (parent directories are "
+                  "created). Prefer edit_file for changes to an existing file.",
+                  _schema(["path", "content"], path=_string(_PATH), content=_string("The complete new file text."))),
+         _write_file, "allow_write"),
+    Tool(ToolSpec("edit_file", "Replace an exact piece of text in a file. old must match the file exactly "
+                  "(including indentation) and be unique unless replace_all is true.",
+                  _schema(["path", "old", "new"], path=_string(_PATH), old=_string("The exact text to replace."),
+                          new=_string("The replacement text."),
+                          replace_all={"type": "boolean", "description": "Replace every occurrence."})),
+         _edit_file, "allow_write"),
+    Tool(ToolSpec("list_files", "List one directory of the workspace: subdirectories (ending in /) and files "
+                  "with their sizes.",
+                  _schema([], path=_string("Directory relative to the workspace root; default: the root."))),
+         _list_files),
+    Tool(ToolSpec("glob", "Find workspace files by glob pattern, e.g. **/*.py or src/**/*.{ts,tsx}. Skips .git, "
+                  "virtualenvs, node_modules and caches unless the pattern names them.",
+                  _schema(["pattern"], pattern=_string("Glob relative to the workspace root; ** spans directories."))),
+         _glob),
+    Tool(ToolSpec("grep", "Search text files for a regular expression (Python syntax). Prints file:line: text "
+                  "for each matching line, up to 500 matches.",
+                  _schema(["pattern"], pattern=_string("Regular expression."),
+                          path=_string("File or directory to search; default: the workspace root."),
+                          glob=_string("Only search files matching this glob, e.g. *.py."))),
+         _grep),
+    Tool(ToolSpec("shell", "Run a bash command (bash -lc) in the workspace directory. Output (stdout and stderr "
+                  "together) ends with [exit code N]. Not sandboxed. No stdin: do not start interactive programs.",
+                  _schema(["command"], command=_string("The bash command."),
+                          timeout_sec={"type": "number", "description": "Seconds before the command is killed; "
+                                       "default from config."})),
+         _shell, "allow_shell"),
+    Tool(ToolSpec("python", "Run Python code in the notebook's namespace (variables persist between calls). "
+                  "Printed output is returned, plus the repr of a trailing expression, like a REPL.",
+                  _schema(["code"], code=_string("Python source to execute."))),
+         _python, "allow_python"),
+    Tool(ToolSpec("recall", "Read one stored transcript entry by id, exactly as it was recorded, including "
+                  "history that has been compacted out of the context.",
+                  _schema(["entry_id"], entry_id=_string("The entry id."))),
+         _recall),
+    Tool(ToolSpec("checkpoint", "Mark a milestone (a unit of work is done and verified) or a plan_pivot (the plan "
+                  "changed). Lets context be compacted at a good moment.",
+                  _schema(["kind", "note"], kind={"type": "string", "enum": list(CHECKPOINT_KINDS),
+                                                  "description": "milestone or plan_pivot."},
+                          note=_string("One line: what was achieved or what changed."))),
+         _checkpoint),
+    Tool(ToolSpec("activate_skill", "Activate a skill: its instructions join the system prompt until deactivated.",
+                  _schema(["name"], name=_string("Skill name."))),
+         _activate_skill),
+    Tool(ToolSpec("deactivate_skill", "Deactivate an active skill.", _schema(["name"], name=_string("Skill name."))),
+         _deactivate_skill),
+)
+
+_SWITCH_KEYS = {"allow_shell": "tools.allowShell", "allow_write": "tools.allowWrite",
+                "allow_python": "tools.allowPython"}
+_BUILTIN = {tool.name: tool for tool in _TOOLS}
+
+
+# -- registry ----------------------------------------------------------------------------------
+
+class ToolRegistry:
+    """An ordered set of tools: their specs for the request, and ``run`` to execute a call."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def specs(self) -> tuple[ToolSpec, ...]:
+        return tuple(tool.spec for tool in self._tools.values())
+
+    def _disabled_message(self, name: str, switch: str) -> str:
+        return (f"tool {name} is disabled by config ({_SWITCH_KEYS.get(switch, switch)} is false); "
+                f"it cannot be used in this session")
+
+    async def run(self, name: str, arguments: Mapping[str, Any], ctx: ToolContext) -> ToolOutcome:
+        """Run one call. Never raises for a bad call: every failure is an error outcome.
+
+        (Only the cancellation of the awaiting task itself propagates, after a running shell
+        command's process group has been killed.)
+        """
+        if ctx.cancel is not None and ctx.cancel.cancelled:
+            return ToolOutcome(f"[cancelled: {name} was not run]", True, data={"cancelled": True})
+        tool = self._tools.get(name)
+        if tool is None:
+            builtin = _BUILTIN.get(name)
+            if builtin is not None and builtin.requires is not None:
+                return ToolOutcome(self._disabled_message(name, builtin.requires), True, data={"refused": True})
+            available = ", ".join(self._tools) or "none"
+            return ToolOutcome(f"unknown tool {name!r}; available tools: {available}", True)
+        if tool.requires is not None and not getattr(ctx.config, tool.requires, False):
+            return ToolOutcome(self._disabled_message(name, tool.requires), True, data={"refused": True})
+        try:
+            args = _validate(tool.spec, arguments)
+            raw = await tool.handler(args, ctx)
+        except ToolError as exc:
+            raw = _Raw(str(exc), is_error=True)
+        except OSError as exc:
+            detail = exc.strerror or str(exc)
+            where = f" ({ws.display_path(ctx.workspace, Path(exc.filename))})" if exc.filename else ""
+            raw = _Raw(f"{name} failed: {detail}{where}", is_error=True)
+        except (ValueError, TypeError, UnicodeError, KeyError) as exc:
+            raw = _Raw(f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
+        except Exception as exc:  # a bug in a tool must not end the turn; report it to the model
+            raw = _Raw(f"{name} failed with an internal error: {type(exc).__name__}: {exc}", is_error=True)
+        content, full_chars, spill = bound_output(raw.text, ctx.config.max_output_chars, ctx.spill_dir,
+                                                  ctx.workspace, label=name, footer=raw.footer)
+        data = dict(raw.data)
+        if spill is not None:
+            data["spill_path"] = spill
+        return ToolOutcome(content, raw.is_error, full_chars, data)
+
+
+def default_tools(config: ToolsConfig) -> ToolRegistry:
+    """The built-in tools, without those the config disables (shell, write_file/edit_file, python)."""
+    return ToolRegistry(t for t in _TOOLS if t.requires is None or getattr(config, t.requires))
