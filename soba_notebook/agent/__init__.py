@@ -1,2 +1,7 @@
-"""The agent: its loop, its tools (:mod:`.tools`), workspace confinement (:mod:`.workspace`) and
-markdown skills (:mod:`.skills`). Headless: nothing here imports IPython or widgets."""
+"""The agent: loop, tools, skills, and the runtime thread it lives on (headless)."""
+
+from .loop import Agent, TurnResult
+from .runtime import AgentRuntime, QueuedTurn
+from .session import AgentHandle, open_agent, project_paths
+
+__all__ = ["Agent", "AgentHandle", "AgentRuntime", "QueuedTurn", "TurnResult", "open_agent", "project_paths"]

@@ -1,0 +1,93 @@
+"""Open an agent for a project directory: the files DESIGN.md puts under ``.soba/``.
+
+``open_agent`` is the one place that decides where things live: sessions in
+``.soba/sessions/``, flight records in ``.soba/flight.jsonl``, config from ``~/.soba`` and
+``.soba/config.json``. With no provider configured the offline scripted model is used, and the
+returned :class:`AgentHandle` says so.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import SobaConfig, load_config
+from ..errors import SessionError
+from ..events import EventBus
+from ..flight import FlightRecorder
+from ..providers.base import Provider
+from ..providers.factory import make_provider
+from ..session.store import SessionStore, list_sessions
+from .loop import Agent
+
+__all__ = ["AgentHandle", "open_agent", "project_paths"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectPaths:
+    root: Path
+    soba: Path
+    sessions: Path
+    flight: Path
+    capsules: Path
+    memory: Path
+
+
+def project_paths(project_dir: str | os.PathLike[str] | None = None) -> ProjectPaths:
+    root = Path(project_dir or os.getcwd()).resolve()
+    soba = root / ".soba"
+    return ProjectPaths(root, soba, soba / "sessions", soba / "flight.jsonl", soba / "capsules", soba / "memory")
+
+
+@dataclass(frozen=True, slots=True)
+class AgentHandle:
+    agent: Agent
+    paths: ProjectPaths
+    offline: bool  # the offline scripted model is answering
+
+    @property
+    def store(self) -> SessionStore:
+        return self.agent.store
+
+
+def _model_block(config: SobaConfig) -> dict[str, Any]:
+    m = config.model
+    return {"provider": m.provider, "model": m.model, "baseUrl": m.base_url, "apiKeyEnv": m.api_key_env,
+            "contextWindow": m.context_window}
+
+
+def open_agent(project_dir: str | os.PathLike[str] | None = None, *, config: SobaConfig | None = None,
+               overrides: Mapping[str, Any] | None = None, session: str | os.PathLike[str] | None = None,
+               new: bool = False, provider: Provider | None = None, bus: EventBus | None = None,
+               user_namespace: dict[str, Any] | None = None) -> AgentHandle:
+    """An agent on the newest session of the project (or ``session``, or a new one)."""
+    paths = project_paths(project_dir)
+    config = config or load_config(project_dir=paths.root, overrides=overrides)
+    store: SessionStore | None = None
+    if session is not None:
+        candidate = Path(session)
+        if not candidate.suffix:
+            candidate = paths.sessions / f"{session}.jsonl"
+        if not candidate.exists():
+            raise SessionError(f"{candidate}: no such session (list them with %soba sessions)")
+        store = SessionStore.open(candidate)
+    elif not new:
+        existing = list_sessions(paths.sessions)
+        if existing:
+            store = SessionStore.open(existing[0].path)
+    if store is None:
+        store = SessionStore.create(paths.sessions, cwd=str(paths.root))
+    provider = provider or make_provider(_model_block(config))
+    summary_provider = None
+    if config.model.compaction_model and config.model.provider != "scripted":
+        summary_provider = make_provider({**_model_block(config), "model": config.model.compaction_model})
+    workspace = Path(config.tools.workspace)
+    if not workspace.is_absolute():
+        workspace = paths.root / workspace
+    agent = Agent(store, config, provider, workspace=workspace, bus=bus,
+                  flight=FlightRecorder(paths.flight, store.id), user_namespace=user_namespace,
+                  summary_provider=summary_provider)
+    return AgentHandle(agent, paths, bool(getattr(provider, "offline", False)))
