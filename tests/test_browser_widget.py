@@ -1,0 +1,275 @@
+"""The budget widget renders for real: JupyterLab 4 + anywidget in Debian's Chromium.
+
+Runs tests/data/widget_demo.ipynb (a synthetic session fed from a background thread) through
+"Run > Run All Cells", records what the widget's root element showed while the compaction ran,
+then checks the final numbers and saves test-artifacts/budget_widget.png.
+
+Needs /usr/bin/chromium, playwright and jupyterlab: run scripts/install-browser.sh. When they are
+missing this test FAILS with that instruction; it is never skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from browser_support import (
+    ARTIFACTS,
+    REPO,
+    BrowserUnavailable,
+    LabNotebook,
+    require_browser,
+    run_notebook_in_lab,
+)
+
+DEMO = REPO / "tests" / "data" / "widget_demo.ipynb"
+ROOT = ".soba-budget[data-soba-budget]"
+DONE = f"{ROOT}[data-phase='completed'][data-checkpoint]:not([data-checkpoint=''])"
+
+# Records every state the widget root went through (attribute changes), from the page side.
+RECORDER = """
+() => {
+  window.__sobaSeen = [];
+  const take = (node) => {
+    const d = node.dataset;
+    const text = node.querySelector('.soba-budget__progress-text');
+    window.__sobaSeen.push({phase: d.phase, progress: Number(d.progress), version: Number(d.version),
+                            text: text ? text.textContent : ''});
+  };
+  new MutationObserver((records) => {
+    for (const r of records) {
+      const node = r.target;
+      if (node instanceof HTMLElement && node.matches('.soba-budget') && r.attributeName === 'data-version') {
+        take(node);
+      }
+    }
+  }).observe(document.body, {subtree: true, attributes: true, attributeFilter: ['data-version']});
+}
+"""
+
+
+def _require_browser() -> None:
+    """Fail (never skip) with the install instruction when the browser stack is missing."""
+    try:
+        require_browser()
+    except BrowserUnavailable as exc:
+        message = str(exc)
+    else:
+        return
+    pytest.fail(message, pytrace=False)
+
+
+def _shoot_while_compacting(notebook: LabNotebook) -> None:
+    notebook.page.wait_for_selector(f"{ROOT}[data-phase='compacting']", state="visible", timeout=120_000)
+    notebook.screenshot(ARTIFACTS / "budget_widget_compacting.png", ROOT)
+
+
+def _inspect(notebook: LabNotebook) -> dict[str, Any]:
+    root = notebook.page.locator(ROOT).first
+    attrs = root.evaluate("(el) => Object.assign({}, el.dataset)")
+    return {
+        "attrs": attrs,
+        "numbers": root.locator(".soba-budget__numbers").inner_text(),
+        "source": root.locator(".soba-budget__source").inner_text(),
+        "last": root.locator(".soba-budget__last-text").inner_text(),
+        "progress_hidden": root.locator(".soba-budget__progress").evaluate("(el) => el.hidden"),
+        "spark_points": root.locator(".soba-budget__spark-line").get_attribute("points") or "",
+        "seen": notebook.page.evaluate("() => window.__sobaSeen || []"),
+        "widget_count": notebook.page.locator(ROOT).count(),
+    }
+
+
+@pytest.mark.browser
+def test_budget_widget_renders_live_compaction_and_final_numbers_in_jupyterlab(tmp_path: Path) -> None:
+    _require_browser()
+    run = run_notebook_in_lab(
+        DEMO, DONE, tmp_path,
+        before_run=lambda nb: nb.page.evaluate(RECORDER),
+        after_run=_shoot_while_compacting,
+        inspect=_inspect,
+        screenshot=ARTIFACTS / "budget_widget.png",
+    )
+    result = run.value
+    (ARTIFACTS / "budget_widget.txt").write_text(repr(result) + "\n" + "\n".join(run.console))
+
+    attrs = result["attrs"]
+    assert result["widget_count"] == 1
+    assert {k: attrs.get(k) for k in ("effective", "hard", "soft", "window", "source", "phase", "progress",
+                                      "outcome", "status", "checkpoint", "reclaimed", "reclaimedPercent",
+                                      "quality", "zone")} == {
+        "effective": "13402", "hard": "48808", "soft": "39046", "window": "65000", "source": "provider_usage",
+        "phase": "completed", "progress": "100", "outcome": "completed", "status": "completed",
+        "checkpoint": "ck_ab12cd", "reclaimed": "28353", "reclaimedPercent": "68.8", "quality": "ok",
+        "zone": "ok",
+    }
+    assert result["numbers"].replace("\n", "") == (
+        "13,402 / 48,808 tokens (27.5%) · soft 39,046 · window 65,000")
+    assert result["source"] == "provider usage"
+    assert result["last"] == "auto_threshold · 41,230 → 12,877 tokens · reclaimed 68.8% · ck_ab12cd"
+    assert result["progress_hidden"] is True
+    assert len(result["spark_points"].split()) == 14  # one point per inference
+
+    # While compacting, the view showed the live line, and progress only ever went up.
+    seen = result["seen"]
+    compacting = [s for s in seen if s["phase"] == "compacting"]
+    assert compacting, f"the compaction was never visible in the browser; states seen: {seen[-5:]}"
+    for state in compacting:
+        assert re.fullmatch(r"Compacting context before response · \d{1,3}%", state["text"]), state
+        assert state["text"].endswith(f" · {state['progress']}%")
+    progresses = [s["progress"] for s in compacting]
+    assert progresses == sorted(progresses)
+    # The throttle batched ~4,000 progress events into a handful of renders.
+    assert len(seen) < 400, f"{len(seen)} renders for ~4,000 events: updates were not batched"
+
+    assert not [e for e in run.page_errors if "soba" in e.lower() or "anywidget" in e.lower()], run.page_errors
+    assert (ARTIFACTS / "budget_widget.png").stat().st_size > 10_000
+
+
+def _luminance(css_color: str) -> float:
+    r, g, b = (int(v) for v in re.findall(r"\d+", css_color)[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+
+def _colors(notebook: LabNotebook) -> dict[str, str]:
+    return notebook.page.locator(ROOT).first.evaluate("""(el) => {
+      const style = (sel) => getComputedStyle(sel ? el.querySelector(sel) : el);
+      return {background: style().backgroundColor, text: style().color,
+              fill: style('.soba-budget__fill').backgroundColor,
+              track: style('.soba-budget__bar').backgroundColor};
+    }""")
+
+
+@pytest.mark.browser
+def test_budget_widget_follows_the_jupyterlab_dark_theme(tmp_path: Path) -> None:
+    _require_browser()
+    run = run_notebook_in_lab(DEMO, DONE, tmp_path, theme="JupyterLab Dark", inspect=_colors,
+                              screenshot=ARTIFACTS / "budget_widget_dark.png", screenshot_selector=ROOT)
+    colors = run.value
+    assert _luminance(colors["background"]) < 0.3, colors  # dark surface from --jp-layout-color1
+    assert _luminance(colors["text"]) > 0.6, colors  # light text from --jp-ui-font-color1
+    assert colors["fill"] != colors["track"], colors  # the bar stays readable
+
+
+# -- the ES module alone, in Chromium, with a stand-in model -------------------------------------
+
+HOST = """
+async ({esm, css, states}) => {
+  const style = document.createElement('style');
+  style.textContent = css;
+  document.head.appendChild(style);
+  const url = URL.createObjectURL(new Blob([esm], {type: 'text/javascript'}));
+  const mod = await import(url);
+  window.__sobaSent = [];
+  window.__sobaModels = [];
+  for (const [i, initial] of states.entries()) {
+    const el = document.createElement('div');
+    el.id = `w${i}`;
+    el.style.margin = '6px';
+    document.body.appendChild(el);
+    const listeners = {};
+    const model = {
+      state: initial,
+      get(key) { return key === 'state' ? this.state : undefined; },
+      on(name, cb) { (listeners[name] = listeners[name] || []).push(cb); },
+      off(name, cb) { listeners[name] = (listeners[name] || []).filter((f) => f !== cb); },
+      send(msg) { window.__sobaSent.push(msg); },
+      set(state) { this.state = state; (listeners['change:state'] || []).forEach((cb) => cb()); },
+    };
+    window.__sobaModels.push(model);
+    await mod.default.render({model, el});
+  }
+}
+"""
+
+STYLE_OF = """(el) => {
+  const s = (sel) => getComputedStyle(el.querySelector(sel));
+  return {...el.dataset,
+          lastText: el.querySelector('.soba-budget__last-text').textContent,
+          lastHidden: el.querySelector('.soba-budget__last').hidden,
+          lastBorder: s('.soba-budget__last').borderLeftColor,
+          lastColor: s('.soba-budget__last-text').color,
+          fill: s('.soba-budget__fill').backgroundColor,
+          progressText: el.querySelector('.soba-budget__progress-text').textContent,
+          progressHidden: el.querySelector('.soba-budget__progress').hidden,
+          progressWidth: el.querySelector('.soba-budget__progress-fill').style.width,
+          softLeft: el.querySelector('.soba-budget__soft-mark').style.left};
+}"""
+
+
+def _state(*events: tuple[str, dict[str, Any]]) -> dict[str, Any]:
+    from soba_notebook.events import Event
+    from soba_notebook.notebook.display import BudgetState
+
+    state = BudgetState()
+    for kind, data in events:
+        state.apply(Event(kind, data))
+    return state.snapshot()
+
+
+def _budget(effective: int) -> tuple[str, dict[str, Any]]:
+    return ("budget", {"session_id": "s", "effective": effective, "hard_limit": 48_808, "soft_limit": 39_046,
+                       "context_window": 65_000, "source": "estimated", "inference": 1})
+
+
+_START = ("compaction_start", {"operation_id": "op", "trigger": "hard_limit", "tokens_before": 50_000})
+
+
+def _end(**fields: Any) -> tuple[str, dict[str, Any]]:
+    base = {"operation_id": "op", "trigger": "hard_limit", "outcome": "completed", "tokens_before": 50_000,
+            "tokens_after": 14_000, "checkpoint_id": "ck_1", "quality": "ok"}
+    return ("compaction_end", base | fields)
+
+
+@pytest.mark.browser
+def test_es_module_marks_degraded_skipped_and_failed_compactions_and_updates_live(tmp_path: Path) -> None:
+    from browser_support import chromium_context
+
+    from soba_notebook.notebook.widget import CSS_NAME, ESM_NAME, asset_path
+
+    _require_browser()
+    states = [
+        _state(_budget(41_000), _START, _end()),
+        _state(_budget(41_000), _START, _end(quality="degraded")),
+        _state(_budget(41_000), _START, _end(outcome="skipped", reason="ROI below minimum", tokens_after=None,
+                                             checkpoint_id=None, quality=None)),
+        _state(_budget(41_000), _START, _end(outcome="failed", reason="summarizer error", tokens_after=None,
+                                             checkpoint_id=None, quality=None)),
+        _state(_budget(50_000), _START, ("compaction_progress", {"operation_id": "op", "percent": 82.4})),
+        _state(),
+    ]
+    with chromium_context(tmp_path / "profile", viewport=(720, 900)) as context:
+        page = context.new_page()
+        page.set_content("<!doctype html><html><body></body></html>")
+        page.evaluate(HOST, {"esm": asset_path(ESM_NAME).read_text(), "css": asset_path(CSS_NAME).read_text(),
+                             "states": states})
+        seen = [page.locator(f"#w{i} .soba-budget").evaluate(STYLE_OF) for i in range(len(states))]
+        page.screenshot(path=str(ARTIFACTS / "budget_widget_outcomes.png"), full_page=True)
+        sent = page.evaluate("() => window.__sobaSent")
+
+        # A state change re-renders in place: the compacting widget completes.
+        page.evaluate("(s) => window.__sobaModels[4].set(s)", _state(_budget(50_000), _START, _end()))
+        updated = page.locator("#w4 .soba-budget").evaluate(STYLE_OF)
+
+    ok, degraded, skipped, failed, compacting, empty = seen
+    assert [w["status"] for w in seen] == ["completed", "degraded", "skipped", "failed", "", ""]
+    assert degraded["lastText"].endswith("· degraded (local fallback capsule)")
+    assert skipped["lastText"].startswith("hard_limit · skipped: ROI below minimum")
+    assert failed["lastText"].startswith("hard_limit · failed: summarizer error")
+    # Each non-ok outcome is styled differently from an ok one, and failed is not merely a warning.
+    assert ok["lastBorder"] != degraded["lastBorder"] == skipped["lastBorder"] != failed["lastBorder"]
+    assert failed["lastColor"] != ok["lastColor"] and degraded["lastColor"] != ok["lastColor"]
+
+    assert compacting["phase"] == "compacting" and compacting["progress"] == "82"
+    assert compacting["progressText"] == "Compacting context before response · 82%"
+    assert compacting["progressHidden"] is False and compacting["progressWidth"] == "82%"
+    assert compacting["lastHidden"] is True
+    assert compacting["zone"] == "over" and compacting["fill"] != ok["fill"]
+    assert float(ok["softLeft"].rstrip("%")) == pytest.approx(100 * 39_046 / 48_808, abs=0.01)
+
+    assert empty["phase"] == "idle" and empty["effective"] == "" and empty["zone"] == "unknown"
+    assert sent == [{"type": "soba:rendered"}] * len(states)
+
+    assert updated["phase"] == "completed" and updated["progressHidden"] is True
+    assert updated["checkpoint"] == "ck_1" and updated["lastHidden"] is False
