@@ -1,0 +1,686 @@
+"""Portable Capsules: the ``.capsule.md`` file that moves a capsule between sessions, projects, agents.
+
+A Context Capsule lives inside a session's JSONL. A *Portable* Capsule (seed section 9) is the
+same state as a file a person can read, edit and hand over. This module owns that file format,
+and only the format: :func:`export_text` / :func:`load_text` convert, :func:`export` /
+:func:`load` add the disk (atomic writes, redaction, clear errors). ``load(export(pc)) == pc``
+exactly, for every capsule.
+
+The file
+--------
+::
+
+    ---
+    soba-capsule: 1
+    id: cap_5d2c9e0a41b7f3e2
+    title: handoff auth work
+    created: 2025-01-01T12:00:00.000Z
+    source-session: 20250101-120000-1a2b3c4d
+    source-checkpoint: ck_0a1b2c3d4e
+    trigger: user
+    quality: ok
+    tokens: 1840
+    hash: sha256:…        (sha256 of the canonical JSON of the capsule state)
+    ---
+
+    # Portable Context Capsule
+    <!-- notes for the reader; everything before the first "## " section is ignored -->
+
+    ## Goal
+    ## Constraints  ## Completed work  ## Active work  ## Pending work
+    ## Decisions            - what — why
+    ## Unresolved blockers  ## Next steps  ## Files read  ## Files modified
+    ## Verification         - `command` — passed|failed|unknown — detail
+    ## Active skills  ## Artifacts
+    ## Covered range        - first entry: … / - last entry: … / - entries: N
+    ## Rolled up from
+
+Header values are written bare when that is unambiguous and as JSON otherwise (strings that
+could read as a number, ``true``/``false``/``null``, or that are not "plain" — see below).
+
+The text encoding rule (how any string survives exactly)
+--------------------------------------------------------
+A string is **plain** when it is non-empty, has no leading or trailing whitespace, every character
+is printable (``str.isprintable``: no newline, tab, control, or Unicode line/paragraph separator),
+it does not start with a double quote and holds no code fence (three backticks, which would
+derail a Markdown renderer). Plain strings are written as they are; **every other
+string is written as one JSON string literal** (``"…"``), in which every non-printable character
+is a ``\\uXXXX`` escape, so it always fits on one printable line. On reading, a value that starts
+with ``"`` must be exactly one JSON string; anything else is taken literally (surrounding
+whitespace trimmed, which a plain string never has). Per field:
+
+* a **list item** is one line ``- <plain>`` or ``- "<json>"``;
+* a **decision** is ``- <what> — <why>`` (or ``- <what>`` when there is no why); a plain *what*
+  additionally contains no ``—``, so the first `` — `` always separates the two;
+* a **verification** is ``- `<command>` — <status> — <detail>`` (detail optional); a command
+  is in backticks when plain and free of backticks, else a JSON string;
+* the **goal** is free text: several lines (blank ones and indentation included) are written as
+  they are when every line is printable, has no trailing whitespace and does not start with
+  ``#``, the whole has no outer whitespace nor leading quote, and code fences are balanced and
+  open their lines; otherwise the goal is a single JSON string line;
+* the covered range's ``first entry`` / ``last entry`` use the header's scalar rule (``null`` for
+  none).
+
+So code fences, ``---``, ``## Goal``, ``- `` prefixes, backslashes or newlines inside an item all
+round-trip: they are either harmless on their line or inside a JSON string.
+
+Reading is forgiving where a person edits (another bullet, a changed goal, ``*`` bullets,
+trailing spaces, CRLF, a BOM) and exact where the file is broken: a missing header, an unknown
+format version, an unknown or duplicated section, a missing ``## Goal``, a malformed
+verification line or JSON string raise :class:`CapsuleFileError` (a
+:class:`~soba_notebook.errors.CapsuleFormatError`) naming the file, the line and the problem.
+When the content no longer matches the header's hash the capsule was edited by hand: non-strict
+loading accepts it and records ``edited=True``; ``strict=True`` refuses it.
+
+Loading never executes anything: the file is split into lines and read with :mod:`json` string
+decoding only (no eval, no YAML, no pickle, no templates).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import secrets
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..compaction.capsule import STATUSES, Capsule, Decision, EntryRange, Verification, validate_capsule_json
+from ..errors import CapsuleFormatError, SobaError
+from .redact import redact_portable
+
+__all__ = [
+    "FORMAT_KEY",
+    "FORMAT_VERSION",
+    "ID_PATTERN",
+    "QUALITIES",
+    "SECTIONS",
+    "SUFFIX",
+    "CapsuleExistsError",
+    "CapsuleFileError",
+    "PortableCapsule",
+    "content_hash",
+    "export",
+    "export_text",
+    "is_plain",
+    "load",
+    "load_text",
+    "new_capsule_id",
+    "sweep_temp_files",
+]
+
+FORMAT_KEY = "soba-capsule"
+FORMAT_VERSION = 1
+SUFFIX = ".capsule.md"
+#: Capsule ids name files: letters, digits, ``_ . -`` only, no leading dot.
+ID_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
+QUALITIES = ("ok", "degraded")
+SEP = " — "
+#: A Markdown code fence. Kept out of bullets (a rendered "- ```" swallows the rest of the file).
+_FENCE = "```"
+
+#: Section titles in file order, with the Capsule attribute each holds.
+SECTIONS: tuple[tuple[str, str], ...] = (
+    ("Goal", "goal"),
+    ("Constraints", "constraints"),
+    ("Completed work", "done"),
+    ("Active work", "active"),
+    ("Pending work", "pending"),
+    ("Decisions", "decisions"),
+    ("Unresolved blockers", "blockers"),
+    ("Next steps", "next_steps"),
+    ("Files read", "files_read"),
+    ("Files modified", "files_modified"),
+    ("Verification", "verification"),
+    ("Active skills", "active_skills"),
+    ("Artifacts", "artifacts"),
+    ("Covered range", "covers"),
+    ("Rolled up from", "rolled_from"),
+)
+_BY_TITLE = {title.lower(): (title, attr) for title, attr in SECTIONS}
+_STRING_LIST_ATTRS = frozenset(attr for _, attr in SECTIONS) - {"goal", "decisions", "verification", "covers"}
+_HEADER_KEYS = (FORMAT_KEY, "id", "title", "created", "source-session", "source-checkpoint", "trigger", "quality",
+                "tokens", "hash", "edited")
+_RANGE_KEYS = {"first entry": "first_id", "last entry": "last_id", "entries": "count"}
+_HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_KEY_RE = re.compile(r"([A-Za-z][A-Za-z0-9_\-]*)[ \t]*:(.*)")
+_DECODER = json.JSONDecoder()
+_PREAMBLE = ("# Portable Context Capsule\n\n"
+             "<!-- Edit freely: one \"- \" item per line. A value in double quotes is a JSON string (used for\n"
+             "     text with newlines, outer spaces or a leading quote). Text before the first \"## \" section\n"
+             "     is ignored. After an edit the hash no longer matches: the capsule loads as edited. -->\n")
+
+
+class CapsuleFileError(CapsuleFormatError):
+    """A ``.capsule.md`` file does not parse: ``source`` (file), ``line`` (1-based) and ``problem``."""
+
+    def __init__(self, source: str, line: int | None, problem: str) -> None:
+        where = f"{source}:{line}" if line is not None else source
+        super().__init__(f"{where}: {problem}")
+        self.source = source
+        self.line = line
+        self.problem = problem
+
+
+class CapsuleExistsError(SobaError, FileExistsError):
+    """:func:`export` was asked to write over an existing file without ``force``."""
+
+
+@dataclass(frozen=True, slots=True)
+class PortableCapsule:
+    """A capsule plus the metadata that travels with it in a ``.capsule.md`` file.
+
+    ``token_count`` is the size of the model input the capsule stood for when it was made;
+    ``edited`` records that the content was changed by hand after the hash was computed.
+    The content hash is derived from ``capsule`` (:attr:`content_hash`), never stored apart.
+    """
+
+    id: str
+    capsule: Capsule = field(default_factory=Capsule)
+    title: str = ""
+    created: str = ""
+    source_session: str | None = None
+    source_checkpoint: str | None = None
+    trigger: str = "user"
+    quality: str = "ok"
+    token_count: int = 0
+    edited: bool = False
+
+    @property
+    def content_hash(self) -> str:
+        return content_hash(self.capsule)
+
+
+def new_capsule_id() -> str:
+    """A fresh capsule id: ``cap_`` and 64 random bits in hex."""
+    return "cap_" + secrets.token_hex(8)
+
+
+def content_hash(capsule: Capsule) -> str:
+    """``sha256:<hex>`` of the capsule state's canonical JSON (sorted keys, compact, ASCII)."""
+    canonical = json.dumps(capsule.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+# -- the text encoding rule --------------------------------------------------------------------
+def is_plain(text: str) -> bool:
+    """Whether ``text`` can be written as is on one line (see the module docstring)."""
+    return (bool(text) and text == text.strip() and text.isprintable() and not text.startswith('"')
+            and _FENCE not in text)
+
+
+def _json_string(text: str) -> str:
+    """A JSON string literal for ``text`` that is one line of printable characters."""
+    out: list[str] = []
+    for ch in json.dumps(text, ensure_ascii=False):
+        if ch.isprintable():
+            out.append(ch)
+            continue
+        code = ord(ch)
+        if code > 0xFFFF:
+            code -= 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            out.append(f"\\u{code:04x}")
+    return "".join(out)
+
+
+def _text(text: str) -> str:
+    return text if is_plain(text) else _json_string(text)
+
+
+def _scalar(value: str | int | bool | None) -> str:
+    """A header / range value: bare when unambiguous, else JSON."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if is_plain(value) and value not in ("null", "true", "false") and not _INT_RE.fullmatch(value):
+        return value
+    return _json_string(value)
+
+
+def _plain_goal(goal: str) -> bool:
+    if not goal or goal != goal.strip() or goal.startswith('"'):
+        return False
+    fences = 0
+    for line in goal.split("\n"):
+        if line != line.rstrip() or not line.isprintable() or line.lstrip().startswith("#"):
+            return False
+        if _FENCE in line:
+            if not line.lstrip().startswith(_FENCE):
+                return False
+            fences += 1
+    return fences % 2 == 0  # an unbalanced fence would swallow the rest of the rendered file
+
+
+# -- writing -----------------------------------------------------------------------------------
+def _decision_line(d: Decision) -> str:
+    what = d.what if is_plain(d.what) and "—" not in d.what else _json_string(d.what)
+    return f"- {what}{SEP}{_text(d.why)}" if d.why else f"- {what}"
+
+
+def _verification_line(v: Verification) -> str:
+    command = f"`{v.command}`" if is_plain(v.command) and "`" not in v.command else _json_string(v.command)
+    line = f"- {command}{SEP}{v.status}"
+    return line + SEP + _text(v.detail) if v.detail else line
+
+
+def _section_body(capsule: Capsule, attr: str) -> list[str]:
+    if attr == "goal":
+        return [capsule.goal if _plain_goal(capsule.goal) else _json_string(capsule.goal)]
+    if attr == "decisions":
+        return [_decision_line(d) for d in capsule.decisions]
+    if attr == "verification":
+        return [_verification_line(v) for v in capsule.verification]
+    if attr == "covers":
+        c = capsule.covers
+        return [f"- first entry: {_scalar(c.first_id)}", f"- last entry: {_scalar(c.last_id)}",
+                f"- entries: {c.count}"]
+    return [f"- {_text(item)}" for item in getattr(capsule, attr)]
+
+
+def _check_exportable(pc: PortableCapsule) -> None:
+    """Refuse to write a file that could not be loaded back."""
+    problems: list[str] = []
+    if not isinstance(pc.id, str) or not ID_PATTERN.fullmatch(pc.id):
+        problems.append(f"id {pc.id!r} must be letters, digits, '_', '.' or '-' (it names files)")
+    if pc.quality not in QUALITIES:
+        problems.append(f"quality {pc.quality!r} is not one of {', '.join(QUALITIES)}")
+    if isinstance(pc.token_count, bool) or not isinstance(pc.token_count, int) or pc.token_count < 0:
+        problems.append(f"token count {pc.token_count!r} must be a non-negative integer")
+    problems.extend(validate_capsule_json(pc.capsule.to_json()))
+    if problems:
+        raise CapsuleFormatError(f"cannot export capsule {pc.id!r}: " + "; ".join(problems))
+
+
+def export_text(pc: PortableCapsule) -> str:
+    """The ``.capsule.md`` text of ``pc``, exactly as given (no redaction: :func:`export` does that).
+
+    Raises :class:`~soba_notebook.errors.CapsuleFormatError` for a capsule that could not be
+    loaded back (an id that cannot name a file, an unknown quality or verification status).
+    """
+    _check_exportable(pc)
+    header = {FORMAT_KEY: FORMAT_VERSION, "id": pc.id, "title": pc.title, "created": pc.created,
+              "source-session": pc.source_session, "source-checkpoint": pc.source_checkpoint,
+              "trigger": pc.trigger, "quality": pc.quality, "tokens": pc.token_count,
+              "hash": pc.content_hash}
+    if pc.edited:
+        header["edited"] = True
+    parts = ["---", *(f"{k}: {_scalar(v)}" for k, v in header.items()), "---", "", _PREAMBLE]
+    for title, attr in SECTIONS:
+        parts.append(f"## {title}\n")
+        body = _section_body(pc.capsule, attr)
+        if body:
+            parts.append("\n".join(body) + "\n")
+    return "\n".join(parts)
+
+
+def _fsync_dir(directory: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def export(pc: PortableCapsule, path: str | os.PathLike[str], *, force: bool = False,
+           environ: Mapping[str, str] | None = None) -> Path:
+    """Write ``pc`` (redacted: :func:`~.redact.redact_portable`) to ``path`` atomically; returns the path.
+
+    Refuses to replace an existing file unless ``force``. The text goes to a temporary file in
+    the same directory, is fsynced, then ``os.replace``-d onto ``path``: a crash leaves either
+    the old file or the complete new one, never half a capsule; on any error the temporary
+    file is removed. ``environ`` (default :data:`os.environ`) is where secrets are looked up.
+    """
+    target = Path(path)
+    if target.is_dir():
+        raise CapsuleExistsError(f"{target}: is a directory; give a file name ending in {SUFFIX}")
+    if not force and (target.exists() or target.is_symlink()):
+        raise CapsuleExistsError(f"{target}: file already exists; not overwriting it (use force=True / --force)")
+    _check_exportable(pc)
+    data = export_text(redact_portable(pc, environ)).encode("utf-8")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _fsync_dir(target.parent)
+    return target
+
+
+def sweep_temp_files(directory: str | os.PathLike[str], *, older_than: float = 3600.0) -> list[Path]:
+    """Remove temporary files a killed :func:`export` left in ``directory``; returns them.
+
+    Only names :func:`export` creates (``.<name>.capsule.md.<random>.tmp``) whose last change is
+    at least ``older_than`` seconds old are removed, so a live writer's file is left alone.
+    """
+    removed: list[Path] = []
+    folder = Path(directory)
+    if not folder.is_dir():
+        return removed
+    now = time.time()
+    for path in folder.glob(f".*{SUFFIX}.*.tmp"):
+        with contextlib.suppress(OSError):
+            if now - path.lstat().st_mtime >= older_than:
+                path.unlink()
+                removed.append(path)
+    return removed
+
+
+# -- reading -----------------------------------------------------------------------------------
+class _Reader:
+    """One parse of one file's text; every error names ``source`` and a line."""
+
+    def __init__(self, text: str, source: str) -> None:
+        if text.startswith("\ufeff"):
+            text = text[1:]
+        self.lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        self.source = source
+
+    def fail(self, line: int | None, problem: str) -> CapsuleFileError:
+        return CapsuleFileError(self.source, line, problem)
+
+    # -- values ----------------------------------------------------------------------------------
+    def json_string_prefix(self, text: str, line: int, what: str) -> tuple[str, str]:
+        """Decode the JSON string at the start of ``text``; returns (value, rest of text)."""
+        try:
+            value, end = _DECODER.raw_decode(text)
+        except json.JSONDecodeError as exc:
+            raise self.fail(line, f"{what}: a value starting with a double quote must be a JSON string "
+                                  f"({exc.msg} at column {exc.colno})") from None
+        if not isinstance(value, str):  # pragma: no cover - text starts with '"'
+            raise self.fail(line, f"{what}: expected a JSON string")
+        return value, text[end:]
+
+    def json_string(self, text: str, line: int, what: str) -> str:
+        value, rest = self.json_string_prefix(text, line, what)
+        if rest.strip():
+            raise self.fail(line, f"{what}: unexpected text {rest.strip()[:40]!r} after the JSON string")
+        return value
+
+    def text(self, raw: str, line: int, what: str) -> str:
+        raw = raw.strip()
+        return self.json_string(raw, line, what) if raw.startswith('"') else raw
+
+    def scalar(self, raw: str, line: int, what: str) -> str | int | bool | None:
+        raw = raw.strip()
+        if raw.startswith('"'):
+            return self.json_string(raw, line, what)
+        if raw in ("null", ""):
+            return None
+        if raw in ("true", "false"):
+            return raw == "true"
+        if _INT_RE.fullmatch(raw):
+            return int(raw)
+        return raw
+
+    # -- header ----------------------------------------------------------------------------------
+    def header(self) -> tuple[dict[str, tuple[int, str]], int]:
+        """The front matter as {key: (line, raw value)} and the index of the first body line."""
+        if not self.lines or self.lines[0].strip() != "---":
+            raise self.fail(1, "missing front-matter header: a .capsule.md file starts with a '---' line "
+                               f"followed by '{FORMAT_KEY}: {FORMAT_VERSION}'")
+        raw: dict[str, tuple[int, str]] = {}
+        for i in range(1, len(self.lines)):
+            line_no, line = i + 1, self.lines[i]
+            if line.strip() == "---":
+                return raw, i + 1
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            m = _KEY_RE.fullmatch(line.strip())
+            if m is None:
+                raise self.fail(line_no, f"front matter: expected 'key: value', got {line.strip()[:60]!r}")
+            key = m.group(1).lower()
+            if key in raw:
+                raise self.fail(line_no, f"front matter: duplicated key {key!r} (first on line {raw[key][0]})")
+            raw[key] = (line_no, m.group(2))
+        raise self.fail(len(self.lines), "front matter is not closed: no second '---' line")
+
+    def meta(self, raw: dict[str, tuple[int, str]], end_line: int) -> dict[str, Any]:
+        if FORMAT_KEY not in raw:
+            raise self.fail(1, f"front matter has no '{FORMAT_KEY}: {FORMAT_VERSION}' line; "
+                               f"not a Portable Capsule file")
+        line, value = raw[FORMAT_KEY]
+        version = self.scalar(value, line, FORMAT_KEY)
+        if version != FORMAT_VERSION:
+            raise self.fail(line, f"unknown format version {version!r}: this soba_notebook reads "
+                                  f"{FORMAT_KEY}: {FORMAT_VERSION}")
+        for key, (line, _) in raw.items():
+            if key not in _HEADER_KEYS:
+                raise self.fail(line, f"front matter: unknown key {key!r} (known: {', '.join(_HEADER_KEYS)})")
+        out: dict[str, Any] = {}
+
+        def get(key: str, kinds: tuple[type, ...], default: Any) -> Any:
+            if key not in raw:
+                return default
+            line, text = raw[key]
+            value = self.scalar(text, line, key)
+            if value is None and type(None) not in kinds:
+                return default  # `title:` left empty
+            if str in kinds and isinstance(value, int) and not isinstance(value, bool):
+                value = str(value)  # a person wrote `title: 2025`
+            if value is None and type(None) in kinds:
+                return None
+            if not isinstance(value, kinds) or (int in kinds and isinstance(value, bool) and bool not in kinds):
+                names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+                raise self.fail(line, f"front matter: {key} must be {names}, got {text.strip()[:40]!r}")
+            return value
+
+        if "id" not in raw:
+            raise self.fail(end_line, "front matter has no 'id' line")
+        out["id"] = get("id", (str,), None)
+        if not isinstance(out["id"], str) or not ID_PATTERN.fullmatch(out["id"]):
+            raise self.fail(raw["id"][0], f"front matter: id {out['id']!r} must be letters, digits, '_', '.' "
+                                          f"or '-' (it names files)")
+        out["title"] = get("title", (str,), "") or ""
+        out["created"] = get("created", (str,), "") or ""
+        out["source_session"] = get("source-session", (str, type(None)), None)
+        out["source_checkpoint"] = get("source-checkpoint", (str, type(None)), None)
+        out["trigger"] = get("trigger", (str,), "user")
+        out["quality"] = get("quality", (str,), "ok")
+        if out["quality"] not in QUALITIES:
+            raise self.fail(raw["quality"][0], f"front matter: quality {out['quality']!r} is not one of "
+                                               f"{', '.join(QUALITIES)}")
+        out["token_count"] = get("tokens", (int,), 0)
+        if out["token_count"] < 0:
+            raise self.fail(raw["tokens"][0], "front matter: tokens must not be negative")
+        out["hash"] = get("hash", (str, type(None)), None)
+        if out["hash"] is not None and not _HASH_RE.fullmatch(out["hash"]):
+            raise self.fail(raw["hash"][0], "front matter: hash must be 'sha256:' and 64 lowercase hex digits")
+        out["edited"] = get("edited", (bool,), False)
+        return out
+
+    # -- body --------------------------------------------------------------------------------------
+    def sections(self, start: int) -> dict[str, tuple[int, list[tuple[int, str]]]]:
+        """{attr: (heading line, [(line, text), ...])}; text before the first section is ignored."""
+        found: dict[str, tuple[int, list[tuple[int, str]]]] = {}
+        current: list[tuple[int, str]] | None = None
+        for i in range(start, len(self.lines)):
+            line_no, line = i + 1, self.lines[i]
+            if line.startswith("## ") or line.rstrip() == "##":
+                title = line[2:].strip().rstrip("#").strip()
+                known = _BY_TITLE.get(title.lower())
+                if known is None:
+                    raise self.fail(line_no, f"unknown section '## {title}' (known: "
+                                             f"{', '.join(t for t, _ in SECTIONS)})")
+                attr = known[1]
+                if attr in found:
+                    raise self.fail(line_no, f"duplicated section '## {known[0]}' (first on line {found[attr][0]})")
+                current = []
+                found[attr] = (line_no, current)
+            elif current is not None:
+                current.append((line_no, line))
+        return found
+
+    def goal(self, body: list[tuple[int, str]]) -> str:
+        content = [(n, line) for n, line in body]
+        while content and not content[0][1].strip():
+            content.pop(0)
+        while content and not content[-1][1].strip():
+            content.pop()
+        if not content:
+            return ""
+        if len(content) == 1 and content[0][1].lstrip().startswith('"'):
+            return self.json_string(content[0][1].strip(), content[0][0], "Goal")
+        return "\n".join(line.rstrip() for _, line in content).strip()
+
+    def items(self, title: str, body: list[tuple[int, str]]) -> list[tuple[int, str]]:
+        """The bullet lines of a list section: (line, text after the bullet)."""
+        out: list[tuple[int, str]] = []
+        for n, line in body:
+            text = line.strip()
+            if not text:
+                continue
+            if text in ("-", "*", "+"):
+                out.append((n, ""))
+            elif len(text) > 1 and text[0] in "-*+" and text[1] in " \t":
+                out.append((n, text[2:].strip()))
+            else:
+                raise self.fail(n, f"section '## {title}': expected a '- ' list item, got {text[:60]!r} "
+                                   f"(write text with newlines as one JSON string item)")
+        return out
+
+    def decision(self, n: int, text: str) -> Decision:
+        if text.startswith('"'):
+            what, rest = self.json_string_prefix(text, n, "Decisions: what")
+            rest = rest.strip()
+            if not rest:
+                return Decision(what, "")
+            if not rest.startswith("—"):
+                raise self.fail(n, f"Decisions: expected '{SEP.strip()} why' after the quoted decision, "
+                                   f"got {rest[:40]!r}")
+            return Decision(what, self.text(rest[1:], n, "Decisions: why"))
+        idx = text.find(SEP)
+        if idx < 0:
+            return Decision(text, "")
+        return Decision(text[:idx].strip(), self.text(text[idx + len(SEP):], n, "Decisions: why"))
+
+    def verification(self, n: int, text: str) -> Verification:
+        where = "Verification"
+        if text.startswith("`"):
+            end = text.find("`", 1)
+            if end < 0:
+                raise self.fail(n, f"{where}: the command's closing backtick is missing")
+            command, rest = text[1:end].strip(), text[end + 1:]
+        elif text.startswith('"'):
+            command, rest = self.json_string_prefix(text, n, f"{where}: command")
+        else:
+            raise self.fail(n, f"{where}: expected '- `command` — status[ — detail]', the command in "
+                               f"backticks or as a JSON string; got {text[:60]!r}")
+        rest = rest.strip()
+        if not rest.startswith("—"):
+            raise self.fail(n, f"{where}: expected '{SEP.strip()} <status>' after the command "
+                               f"(status is one of {', '.join(STATUSES)})")
+        rest = rest[1:]
+        idx = rest.find("—")
+        status, detail_raw = (rest.strip(), None) if idx < 0 else (rest[:idx].strip(), rest[idx + 1:])
+        status = status.lower()
+        if status not in STATUSES:
+            raise self.fail(n, f"{where}: status {status!r} is not one of {', '.join(STATUSES)}")
+        detail = self.text(detail_raw, n, f"{where}: detail") if detail_raw is not None else ""
+        return Verification(command, status, detail)
+
+    def covers(self, title: str, body: list[tuple[int, str]]) -> EntryRange:
+        values: dict[str, Any] = {}
+        seen: dict[str, int] = {}
+        for n, text in self.items(title, body):
+            m = re.fullmatch(r"([A-Za-z ]+?)\s*:\s*(.*)", text)
+            key = m.group(1).strip().lower() if m else ""
+            if key not in _RANGE_KEYS:
+                raise self.fail(n, f"section '## {title}': expected one of "
+                                   f"{', '.join(repr(k + ': …') for k in _RANGE_KEYS)}, got {text[:60]!r}")
+            if key in seen:
+                raise self.fail(n, f"section '## {title}': duplicated {key!r} (first on line {seen[key]})")
+            seen[key] = n
+            value = self.scalar(m.group(2), n, f"{title}: {key}")  # type: ignore[union-attr]
+            if key == "entries":
+                if not isinstance(value, int) or isinstance(value, bool):
+                    raise self.fail(n, f"section '## {title}': entries must be an integer")
+            elif isinstance(value, int) and not isinstance(value, bool):
+                value = str(value)  # a person wrote an id that reads as a number
+            elif value is not None and not isinstance(value, str):
+                raise self.fail(n, f"section '## {title}': {key} must be an entry id or null")
+            values[_RANGE_KEYS[key]] = value
+        return EntryRange(values.get("first_id"), values.get("last_id"), values.get("count", 0))
+
+    def capsule(self, start: int) -> Capsule:
+        found = self.sections(start)
+        if "goal" not in found:
+            raise self.fail(min(start + 1, len(self.lines)), "missing required section '## Goal'")
+        kwargs: dict[str, Any] = {}
+        titles = {attr: title for title, attr in SECTIONS}
+        for attr, (_, body) in found.items():
+            title = titles[attr]
+            if attr == "goal":
+                kwargs[attr] = self.goal(body)
+            elif attr == "decisions":
+                kwargs[attr] = tuple(self.decision(n, t) for n, t in self.items(title, body))
+            elif attr == "verification":
+                kwargs[attr] = tuple(self.verification(n, t) for n, t in self.items(title, body))
+            elif attr == "covers":
+                kwargs[attr] = self.covers(title, body)
+            else:
+                assert attr in _STRING_LIST_ATTRS
+                kwargs[attr] = tuple(self.text(t, n, title) for n, t in self.items(title, body))
+        return Capsule(**kwargs)
+
+
+def load_text(text: str, *, source: str = "<string>", strict: bool = False) -> PortableCapsule:
+    """Parse ``.capsule.md`` text. ``source`` names it in errors.
+
+    Non-strict (default): a capsule whose content no longer matches the header's hash (a person
+    edited it) loads with ``edited=True``. Strict: a mismatch, or a missing hash, is an error.
+    """
+    reader = _Reader(text, source)
+    raw, body_start = reader.header()
+    meta = reader.meta(raw, body_start)
+    capsule = reader.capsule(body_start)
+    stored = meta.pop("hash")
+    edited = bool(meta.pop("edited"))
+    actual = content_hash(capsule)
+    if stored != actual:
+        if strict:
+            line = raw["hash"][0] if "hash" in raw else body_start
+            problem = ("no content hash in the front matter" if stored is None else
+                       f"content hash mismatch: the header says {stored[:19]}…, the content hashes to "
+                       f"{actual[:19]}… (the file was edited after export)")
+            raise CapsuleFileError(source, line, problem + "; load without strict to accept the edit")
+        edited = True
+    return PortableCapsule(capsule=capsule, edited=edited, **meta)
+
+
+def load(path: str | os.PathLike[str], *, strict: bool = False) -> PortableCapsule:
+    """Read a ``.capsule.md`` file (see :func:`load_text`); errors name the file and line."""
+    file = Path(path)
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise CapsuleFileError(str(file), None, "no such capsule file") from None
+    except OSError as exc:
+        raise CapsuleFileError(str(file), None, f"cannot read capsule file ({exc.strerror})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise CapsuleFileError(str(file), line, "not UTF-8 text") from None
+    return load_text(text, source=str(file), strict=strict)
