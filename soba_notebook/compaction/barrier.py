@@ -229,6 +229,26 @@ class CompactionEngine:
             previous_checkpoint_id=capsule_entry.data.get("checkpointId") if capsule_entry else None,
             instructions=instructions)
 
+    async def summarize_current(self, *, instructions: str | None = None,
+                                cancel: CancelToken | None = None) -> tuple[Capsule, str, str | None]:
+        """A capsule of the whole current context, for an intentional handoff (``%capsule create``).
+
+        Same summarizer, timeout, fallback and fact merging as a compaction, but nothing is cut
+        and nothing is appended: the session's model input does not change.
+        """
+        entries, capsule_entry = context_slice(self.store.path())
+        check = self.measure()
+        plan = CompactionPlan(
+            operation_id="op_" + secrets.token_hex(6), trigger="handoff", leaf_id=self.store.leaf_id,
+            tokens_before=check.effective, source=check.source, hard_limit=check.hard_limit,
+            soft_limit=check.soft_limit, keep_recent_tokens=0, summarize=tuple(entries), first_kept_entry_id=None,
+            kept_tokens=0, summarized_tokens=sum(self.counter.count_entry(e) for e in entries),
+            previous_capsule=capsule_of(capsule_entry) if capsule_entry is not None else None,
+            previous_checkpoint_id=capsule_entry.data.get("checkpointId") if capsule_entry else None,
+            instructions=instructions)
+        silent = _Phase(EventBus(), plan.operation_id)
+        return await self._generate(plan, cancel or CancelToken(), silent)
+
     def _max_tail(self, check: BudgetCheck) -> int:
         # Leave room for the capsule itself: a quarter of the hard limit, at most 8k tokens.
         reserve = min(8_000, check.hard_limit // 4)

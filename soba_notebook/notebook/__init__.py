@@ -4,3 +4,34 @@ This package is the only place that may import IPython, ipywidgets or anywidget 
 "Layers"). Keep this ``__init__`` light: importing ``soba_notebook.notebook`` must not pull in a
 widget framework, so the UI-free pieces (``display``, ``throttle``) stay usable headless.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["load_ipython_extension", "unload_ipython_extension"]
+
+_LOADED: dict[int, Any] = {}
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Register the magics (``%load_ext soba_notebook``, or ``c.InteractiveShellApp.extensions``)."""
+    from .magics import SobaMagics
+
+    if id(ipython) in _LOADED:
+        return
+    magics = SobaMagics(ipython)
+    ipython.register_magics(magics)
+    _LOADED[id(ipython)] = magics
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """Remove the magics and stop the agent thread (``%unload_ext soba_notebook``)."""
+    magics = _LOADED.pop(id(ipython), None)
+    if magics is None:
+        return
+    magics.session.close()
+    for kind, names in magics.magics.items():
+        for name in list(names):
+            ipython.magics_manager.magics[kind].pop(name, None)
+    ipython.magics_manager.registry.pop(type(magics).__name__, None)

@@ -1,0 +1,238 @@
+"""One notebook's SOBA: the agent handle, its runtime thread, its budget display, its output.
+
+The magics are thin; this class does the work they share. A foreground turn is submitted to the
+runtime thread and the *kernel* thread waits, pulling the agent's events from a queue and
+rendering them into the running cell (so output lands in the right cell), until the turn ends.
+A kernel interrupt while waiting cancels the turn through the agent's cancel signal and waits
+for the transcript to be consistent again.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import queue
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..agent import AgentHandle, AgentRuntime, TurnResult, open_agent
+from ..config import SobaConfig, load_config
+from ..events import Event, EventBus
+from .display import budget_line, detect_frontend
+
+__all__ = ["OFFLINE_NOTICE", "NotebookSession"]
+
+OFFLINE_NOTICE = ("No model provider is configured: using the offline scripted model (deterministic, no network). "
+                  "To use a real model put a \"model\" block in .soba/config.json (for example "
+                  '{"model": {"provider": "openai", "model": "gpt-4o-mini", "apiKeyEnv": "OPENAI_API_KEY"}}) '
+                  "and set the API key in the environment.")
+
+
+class _CellRenderer:
+    """Renders agent events into the current cell: markdown text, collapsible tool calls."""
+
+    def __init__(self, frontend: str, out: Callable[[str], None] | None = None) -> None:
+        self.frontend = frontend
+        self.text = ""
+        self._handle: Any = None
+        self._last_update = 0.0
+        self._out = out or (lambda s: print(s, end="", flush=True))
+
+    def _display(self, obj: Any, **kwargs: Any) -> Any:
+        from IPython.display import display
+
+        return display(obj, **kwargs)
+
+    def handle(self, event: Event) -> None:
+        if event.type == "message_delta":
+            self.text += event.get("text", "")
+            if self.frontend == "terminal":
+                self._out(event.get("text", ""))
+            else:
+                self._update_text(force=False)
+        elif event.type == "tool_start":
+            self._flush_text()
+            args = json.dumps(event.get("arguments", {}), ensure_ascii=False)
+            if self.frontend == "terminal":
+                self._out(f"\n→ {event['name']}({args[:200]})\n")
+        elif event.type == "tool_end":
+            status = "cancelled" if event.get("cancelled") else ("error" if event.get("is_error") else "ok")
+            content = str(event.get("content", ""))
+            if self.frontend == "terminal":
+                self._out(f"  [{status}] {content.splitlines()[-1][:200] if content else ''}\n")
+            else:
+                from IPython.display import HTML
+
+                self._display(HTML(
+                    f"<details class='soba-tool'><summary><code>{html.escape(event['name'])}</code> · {status}"
+                    f"</summary><pre>{html.escape(content[:4000])}</pre></details>"))
+        elif event.type == "turn_end":
+            self._flush_text()
+
+    def _update_text(self, *, force: bool) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_update < 0.1:
+            return
+        from IPython.display import Markdown
+
+        self._last_update = now
+        if self._handle is None:
+            self._handle = self._display(Markdown(self.text), display_id=True)
+        else:
+            self._handle.update(Markdown(self.text))
+
+    def _flush_text(self) -> None:
+        if self.text and self.frontend != "terminal":
+            self._update_text(force=True)
+        elif self.text and self.frontend == "terminal":
+            self._out("\n")
+        self.text = ""
+        self._handle = None
+
+
+class NotebookSession:
+    """The SOBA state of one kernel: lazily opened on the first magic that needs it."""
+
+    def __init__(self, project_dir: str | os.PathLike[str] | None = None, *,
+                 user_namespace: dict[str, Any] | None = None, frontend: str | None = None,
+                 overrides: Mapping[str, Any] | None = None) -> None:
+        self.project_dir = Path(project_dir or os.getcwd()).resolve()
+        self.user_namespace = user_namespace
+        self.frontend = frontend or detect_frontend()
+        self.overrides: dict[str, Any] = {k: dict(v) for k, v in (overrides or {}).items()}
+        self.handle: AgentHandle | None = None
+        self.runtime: AgentRuntime | None = None
+        self.bus: EventBus | None = None
+        self.display: Any = None
+        self._events: queue.Queue[Event] = queue.Queue()
+        self._unsubscribe: Callable[[], None] | None = None
+        self.last_result: TurnResult | None = None
+        self.notices: list[str] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def config(self) -> SobaConfig:
+        return load_config(project_dir=self.project_dir, overrides=self.overrides or None)
+
+    def ensure(self, *, session: str | None = None, new: bool = False) -> AgentHandle:
+        if self.handle is not None and session is None and not new:
+            return self.handle
+        self.close()
+        self.bus = EventBus()
+        self._unsubscribe = self.bus.subscribe(self._events.put)
+        self.handle = open_agent(self.project_dir, config=self.config(), session=session, new=new, bus=self.bus,
+                                 user_namespace=self.user_namespace)
+        self.runtime = AgentRuntime(self.handle.agent)
+        if self.handle.offline and OFFLINE_NOTICE not in self.notices:
+            self.notices.append(OFFLINE_NOTICE)
+            print(OFFLINE_NOTICE, file=sys.stderr)
+        return self.handle
+
+    def close(self) -> None:
+        if self.runtime is not None:
+            self.runtime.close()
+        if self.display is not None and hasattr(self.display, "detach"):
+            self.display.detach()
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        self.handle, self.runtime, self.display, self._unsubscribe = None, None, None, None
+
+    def show_budget(self, *, show: bool = True) -> Any:
+        """Attach (once) and show the session's one budget display."""
+        handle = self.ensure()
+        from .widget import attach_budget_display
+
+        assert self.bus is not None
+        fresh = self.display is None
+        self.display = attach_budget_display(self.bus, handle.store.id, frontend=self.frontend, show=False)
+        if fresh:
+            # seed the display with the current budget so it is right before the first inference
+            check = handle.agent.engine.measure()
+            self.bus.emit("budget", session_id=handle.store.id, inference=0, **check.to_event())
+        if show and self.frontend != "terminal":
+            from IPython.display import display
+
+            display(self.display)
+        elif show:
+            print(budget_line(self.display.state.snapshot()))
+        return self.display
+
+    # -- turns -------------------------------------------------------------------------------
+    def run(self, prompt: str, *, background: bool = False, timeout: float | None = None) -> TurnResult | None:
+        handle = self.ensure()
+        assert self.runtime is not None
+        self.show_budget(show=self.frontend != "terminal")
+        self._drain_events()
+        queued = self.runtime.submit(prompt)
+        if queued.position:
+            print(f"queued: {queued.position} turn(s) ahead of this one; it runs when they finish")
+        if background:
+            print(f"running in the background on session {handle.store.id}; `%soba status` to check, "
+                  f"`%soba stop` to cancel")
+            queued.future.add_done_callback(lambda f: setattr(self, "last_result", f.result())
+                                            if not f.cancelled() and f.exception() is None else None)
+            return None
+        renderer = _CellRenderer(self.frontend)
+        deadline = time.monotonic() + timeout if timeout else None
+        try:
+            while not queued.future.done() or not self._events.empty():
+                try:
+                    event = self._events.get(timeout=0.05)
+                except queue.Empty:
+                    if deadline and time.monotonic() > deadline:
+                        raise TimeoutError(f"the turn did not finish within {timeout}s") from None
+                    continue
+                renderer.handle(event)
+        except KeyboardInterrupt:
+            self.runtime.cancel_current("interrupted from the kernel")
+            result = queued.future.result()
+            self._drain_events()
+            print("\nturn cancelled; the transcript is consistent and no capsule was appended")
+            self.last_result = result
+            return result
+        result = queued.future.result()
+        self.last_result = result
+        return result
+
+    def _drain_events(self) -> None:
+        while not self._events.empty():
+            try:
+                self._events.get_nowait()
+            except queue.Empty:
+                break
+
+    def call(self, fn: Callable[[], Any], timeout: float | None = None) -> Any:
+        """Run a coroutine function on the agent's loop (``%compact``) and wait for it."""
+        self.ensure()
+        assert self.runtime is not None
+        try:
+            return self.runtime.call(fn, timeout)
+        finally:
+            self._drain_events()
+
+    def status(self) -> dict[str, Any]:
+        handle = self.ensure()
+        assert self.runtime is not None
+        check = handle.agent.engine.measure()
+        last = handle.agent.engine.last_outcome
+        return {
+            "session": handle.store.id, "file": str(handle.store.file), "provider": handle.agent.provider.label,
+            "offline": handle.offline, "busy": self.runtime.busy, "queued": self.runtime.queued,
+            "entries": len(handle.store), "effective": check.effective, "hard_limit": check.hard_limit,
+            "soft_limit": check.soft_limit, "source": check.source,
+            "auto_compact": handle.agent.config.compaction.auto,
+            "pending_intents": [i.trigger.value for i in handle.agent.engine.intents.pending()],
+            "active_skills": list(handle.agent.skills.active()),
+            "last_compaction": last.to_event() if last else None,
+            "last_turn": self.last_result.outcome if self.last_result else None,
+        }
+
+    def set_override(self, section: str, key: str, value: Any) -> SobaConfig:
+        self.overrides.setdefault(section, {})[key] = value
+        config = self.config()
+        if self.handle is not None:
+            self.handle.agent.set_config(config)
+        return config
