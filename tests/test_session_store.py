@@ -231,3 +231,17 @@ def test_second_writer_gets_clear_error_naming_the_session_when_lock_is_held(tmp
     finally:
         os.close(fd)
     store.append(user_message("now free"))
+
+
+def test_invalid_utf8_and_trailing_garbage_lines_are_reported_and_the_rest_kept(tmp_path: Path) -> None:
+    store = SessionStore.create(tmp_path)
+    store.append(user_message("a"))
+    with open(store.file, "ab") as fh:
+        fh.write(b'{"type":"message","id":"bad\xff","parentId":null}\n')
+        fh.write(b'{"type":"message","id":"x1","parentId":null} trailing\n')
+    SessionStore.open(store.file).append(user_message("b"))
+    with pytest.warns(UserWarning) as record:
+        reopened = SessionStore.open(store.file)
+    assert [e.text for e in reopened.entries()] == ["a", "b"]
+    messages = " ".join(str(w.message) for w in record)
+    assert ":3: not valid JSON" in messages and ":4: not valid JSON" in messages

@@ -122,10 +122,20 @@ class Entry:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any], line: int | None = None) -> Entry:
-        data = {k: v for k, v in raw.items() if k not in ("type", "id", "parentId", "ts")}
-        parent = raw.get("parentId")
-        return cls(str(raw.get("type")), data, raw.get("id"), parent if isinstance(parent, str) else None,
-                   raw.get("ts"), line)
+        data = dict(raw)
+        kind = data.pop("type", None)
+        eid = data.pop("id", None)
+        parent = data.pop("parentId", None)
+        ts = data.pop("ts", None)
+        return cls(str(kind), data, eid, parent if isinstance(parent, str) else None, ts, line)
+
+    @classmethod
+    def from_parsed(cls, obj: dict[str, Any], line: int | None = None) -> Entry:
+        """Like :meth:`from_json` for a dict just parsed from a line: takes it over instead of copying."""
+        pop = obj.pop
+        parent = pop("parentId", None)
+        return cls(pop("type"), obj, pop("id", None), parent if parent.__class__ is str else None,
+                   pop("ts", None), line)
 
     def with_ids(self, id: str, parent_id: str | None, ts: str) -> Entry:
         return Entry(self.type, self.data, id, parent_id, ts, self.line)
