@@ -16,11 +16,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import generate_session, text, timed  # noqa: E402
+from _common import generate_session, text, timed
 
-from soba_notebook.budget import BudgetTracker  # noqa: E402
-from soba_notebook.session import SessionStore, user_message  # noqa: E402
-from soba_notebook.tokens import TokenCounter, load_encoding  # noqa: E402
+from soba_notebook.budget import BudgetTracker
+from soba_notebook.session import SessionStore, user_message
+from soba_notebook.tokens import TokenCounter, load_encoding
 
 
 def write_big_session(path: Path, size_mb: int) -> int:
