@@ -9,7 +9,8 @@ from pathlib import Path
 
 from soba_notebook.session import SessionStore, ToolCall, assistant_message, tool_result, user_message
 
-WORDS = ["parser", "token", "lexer", "stream", "buffer", "cursor", "node", "tree", "visit", "emit", "check", "error", "value", "scope", "symbol", "table", "frame", "stack", "heap", "index"]
+WORDS = ("parser token lexer stream buffer cursor node tree visit emit check error value scope "
+         "symbol table frame stack heap index").split()
 
 
 def timed(fn: Callable[[], object], repeat: int = 5) -> tuple[float, float]:
