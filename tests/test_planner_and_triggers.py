@@ -150,3 +150,10 @@ def test_summarizer_answer_in_a_code_fence_is_parsed_and_validated() -> None:
         parse_capsule_answer("I could not do it")
     with pytest.raises(CapsuleFormatError, match="filesRead"):
         parse_capsule_answer('{"goal": "x", "filesRead": "a.py"}')
+
+
+def test_rolling_clears_an_old_blocker_once_its_check_passes() -> None:
+    old = Capsule(blockers=("`pytest -q` failed: 2 tests",), verification=(Verification("pytest -q", "failed"),))
+    new = Capsule(verification=(Verification("pytest -q", "passed"),))
+    assert roll(old, new).blockers == ()
+    assert roll(old, Capsule()).blockers == old.blockers, "no news keeps the blocker"

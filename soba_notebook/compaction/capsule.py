@@ -240,6 +240,10 @@ def roll(previous: Capsule | None, newer: Capsule, *, previous_checkpoint: str |
     covers = EntryRange(previous.covers.first_id or newer.covers.first_id,
                         newer.covers.last_id or previous.covers.last_id,
                         previous.covers.count + newer.covers.count)
+    verification = _merge_verification(previous.verification, newer.verification)
+    passing = [v.command for v in verification if v.status == "passed"]
+    # A blocker the older state named is cleared once a check it mentions passes.
+    carried_blockers = tuple(b for b in previous.blockers if not any(cmd and cmd in b for cmd in passing))
     return Capsule(
         goal=newer.goal or previous.goal,
         constraints=merge_unique(previous.constraints, newer.constraints),
@@ -247,11 +251,11 @@ def roll(previous: Capsule | None, newer: Capsule, *, previous_checkpoint: str |
         active=tuple(a for a in active if a not in done_set),
         pending=tuple(p for p in pending if p not in done_set and p not in active),
         decisions=_merge_decisions(previous.decisions, newer.decisions),
-        blockers=merge_unique(newer.blockers) if newer.blockers else previous.blockers,
+        blockers=merge_unique(newer.blockers) if newer.blockers else carried_blockers,
         next_steps=merge_unique(newer.next_steps) if newer.next_steps else previous.next_steps,
         files_read=merge_unique(previous.files_read, newer.files_read),
         files_modified=merge_unique(previous.files_modified, newer.files_modified),
-        verification=_merge_verification(previous.verification, newer.verification),
+        verification=verification,
         active_skills=merge_unique(newer.active_skills) if newer.active_skills else previous.active_skills,
         artifacts=merge_unique(previous.artifacts, newer.artifacts),
         covers=covers,
