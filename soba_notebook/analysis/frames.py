@@ -1,0 +1,404 @@
+"""DataFrames over a session: its transcript, its capsules, and its flight records.
+
+Every function takes a session path, a :class:`~soba_notebook.session.SessionStore` or a
+transcript of another agent (see :func:`~._common.open_session`), never writes anything, and
+returns columns with stable names and dtypes (listed in each docstring).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..compaction.barrier import capsule_message
+from ..errors import SessionError
+from ..flight import read_flight_records
+from ..session.context import build_context
+from ..session.entries import Entry
+from ..session.store import SessionStore
+from ..tokens import TokenCounter
+from ._common import (
+    OUTCOME_CATEGORIES,
+    QUALITY_CATEGORIES,
+    SOURCE_CATEGORIES,
+    TRIGGER_CATEGORIES,
+    SessionLike,
+    Snapshot,
+    categorical,
+    counter_for,
+    find_flight_file,
+    first_json_line,
+    int64,
+    is_native_tokenizer,
+    open_session,
+    snapshot,
+    utc_times,
+)
+
+__all__ = [
+    "CAPSULE_COLUMNS",
+    "FLIGHT_COLUMNS",
+    "TRANSCRIPT_COLUMNS",
+    "capsule_cost",
+    "capsules",
+    "coverage",
+    "flight_records",
+    "session_flight_records",
+    "transcript",
+]
+
+TRANSCRIPT_COLUMNS = ("id", "parent_id", "type", "role", "tool_name", "tokens", "tokens_source", "ts",
+                      "in_context", "on_path", "covered_by", "line")
+CAPSULE_COLUMNS = ("checkpoint_id", "trigger", "quality", "tokens_before", "tokens_after", "reclaimed_tokens",
+                   "reclaimed_percent", "first_kept_entry_id", "summarized_entries", "duration_ms", "operation_id",
+                   "ts", "entry_id", "source", "previous_checkpoint_id", "on_path")
+
+
+# -- helpers shared by the views ------------------------------------------------------------------
+def capsule_cost(entry: Entry, counter: TokenCounter) -> int:
+    """Tokens of a capsule entry as the model sees it (rendered); a malformed state is counted as
+    its raw JSON text rather than failing the whole view."""
+    try:
+        return counter.count_message(capsule_message(entry))
+    except Exception:
+        return counter.count_text(str(entry.data.get("state", "")))
+
+
+def _first_kept_index(path: Sequence[Entry], capsule_index: int) -> int:
+    """Where the verbatim tail of the capsule at ``capsule_index`` starts (as build_context does)."""
+    first = path[capsule_index].data.get("firstKeptEntryId")
+    if isinstance(first, str):
+        for i in range(capsule_index - 1, -1, -1):
+            if path[i].id == first:
+                return i
+    return capsule_index + 1
+
+
+def _cover_path(path: Sequence[Entry], covered: dict[str, str]) -> None:
+    """Assign each entry on ``path`` the checkpoint of the capsule that summarized it.
+
+    A capsule summarizes the context it replaced: from the previous capsule's first kept entry
+    (or the root) up to its own first kept entry, capsule entries excluded (they are rolled into
+    the next capsule, not summarized). Entries already assigned keep their capsule.
+    """
+    start = 0
+    for i, entry in enumerate(path):
+        if entry.type != "capsule":
+            continue
+        end = _first_kept_index(path, i)
+        ck = entry.data.get("checkpointId")
+        ck = ck if isinstance(ck, str) else (entry.id or "")
+        for covered_entry in path[start:min(end, i)]:
+            eid = covered_entry.id
+            if eid is not None and covered_entry.type != "capsule" and eid not in covered:
+                covered[eid] = ck
+        start = end
+
+
+def coverage(snap: Snapshot) -> dict[str, str]:
+    """Entry id -> checkpoint id of the capsule whose summarized range holds it.
+
+    Capsules on the current path are resolved first; capsules left on abandoned branches (after a
+    rewind) cover what they summarized on their own path, unless a current capsule already does.
+    """
+    covered: dict[str, str] = {}
+    _cover_path(snap.path, covered)
+    on_path = {e.id for e in snap.path}
+    for entry in snap.entries:
+        if entry.type == "capsule" and entry.id not in on_path and entry.id is not None:
+            _cover_path(snap.path_of(entry.id), covered)
+    return covered
+
+
+# -- transcript -----------------------------------------------------------------------------------
+def transcript(session: SessionLike) -> pd.DataFrame:
+    """One row per transcript entry, in file order (header excluded).
+
+    Columns:
+
+    ========== ======================= ==========================================================
+    id         string                  entry id
+    parent_id  string                  parent entry id (``<NA>`` for a root)
+    type       category                ``message``, ``capsule``, ``checkpoint``, ``leaf``, ...
+    role       category                ``user`` / ``assistant`` / ``tool`` for messages (``system``
+                                       for imported system prompts), else ``<NA>``
+    tool_name  string                  a tool result's tool; an assistant's tool calls, comma-joined
+    tokens     Int64                   tokens the entry adds to a request (messages: the token
+                                       counter's per-entry count; capsules: rendered; others: 0)
+    tokens_source category             ``exact`` (the model's own tiktoken encoding) or
+                                       ``estimate`` (nearest encoding, or characters / 4)
+    ts         datetime64[ns, UTC]     entry timestamp
+    in_context bool                    part of the next model input (capsule in force + its tail)
+    on_path    bool                    on the root-to-leaf path (False: an abandoned branch)
+    covered_by string                  checkpoint id of the capsule that summarized the entry
+    line       Int64                   line in the session file (header is line 1)
+    ========== ======================= ==========================================================
+    """
+    snap = snapshot(session)
+    counter = counter_for(snap.model(), snap.id)
+    count = counter.count_entry
+    source = "exact" if is_native_tokenizer(counter) else "estimate"
+    ctx = build_context(snap.path)
+    in_context = {e.id for e in ctx.messages}
+    if ctx.capsule is not None:
+        in_context.add(ctx.capsule.id)
+    on_path = {e.id for e in snap.path}
+    covered = coverage(snap)
+
+    n = len(snap.entries)
+    ids: list[str | None] = [None] * n
+    parents: list[str | None] = [None] * n
+    types: list[str] = [""] * n
+    roles: list[str | None] = [None] * n
+    tools: list[str | None] = [None] * n
+    tokens: list[int] = [0] * n
+    stamps: list[str | None] = [None] * n
+    lines: list[int | None] = [None] * n
+    for i, entry in enumerate(snap.entries):
+        ids[i] = entry.id
+        parents[i] = entry.parent_id
+        etype = entry.type
+        types[i] = etype
+        stamps[i] = entry.ts if isinstance(entry.ts, str) else None
+        lines[i] = entry.line
+        if etype == "message":
+            msg = entry.data.get("message")
+            if isinstance(msg, Mapping):
+                role = msg.get("role")
+                roles[i] = role if isinstance(role, str) else None
+                if role == "tool":
+                    name = msg.get("name")
+                    tools[i] = name if isinstance(name, str) else None
+                elif role == "assistant":
+                    calls = msg.get("toolCalls")
+                    if calls:
+                        tools[i] = ",".join(str(c.get("name", "")) for c in calls if isinstance(c, Mapping))
+            tokens[i] = count(entry)
+        elif etype == "capsule":
+            tokens[i] = capsule_cost(entry, counter)
+        else:
+            role = entry.data.get("role")
+            roles[i] = role if isinstance(role, str) else None
+
+    return pd.DataFrame({
+        "id": pd.Series(ids, dtype="string"),
+        "parent_id": pd.Series(parents, dtype="string"),
+        "type": categorical(types),
+        "role": categorical(roles),
+        "tool_name": pd.Series(tools, dtype="string"),
+        "tokens": pd.Series(tokens, dtype="Int64"),
+        "tokens_source": pd.Series([source] * n, dtype=pd.CategoricalDtype(["exact", "estimate"])),
+        "ts": utc_times(stamps),
+        "in_context": pd.Series([i in in_context for i in ids], dtype=bool),
+        "on_path": pd.Series([i in on_path for i in ids], dtype=bool),
+        "covered_by": pd.Series([covered.get(i) if i is not None else None for i in ids], dtype="string"),
+        "line": int64(lines),
+    }, columns=list(TRANSCRIPT_COLUMNS))
+
+
+# -- flight records -------------------------------------------------------------------------------
+_CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
+_CATEGORY_FIELDS = {"kind", "trigger", "outcome", "quality", "source"}
+#: Fields of the records the engine writes (budget checks, compactions), always present as columns.
+FLIGHT_COLUMNS = ("kind", "ts", "session_id", "inference", "effective", "hard_limit", "soft_limit", "context_window",
+                  "source", "operation_id", "trigger", "outcome", "reason", "tokens_before", "tokens_after",
+                  "reclaimed_tokens", "reclaimed_percent", "checkpoint_id", "duration_ms", "quality")
+_INT_FIELDS = {"inference", "effective", "hard_limit", "soft_limit", "context_window", "tokens_before",
+               "tokens_after", "reclaimed_tokens", "duration_ms", "estimated"}
+_FLOAT_FIELDS = {"reclaimed_percent"}
+_STRING_FIELDS = {"session_id", "operation_id", "reason", "checkpoint_id"}
+
+
+def _snake(key: str) -> str:
+    return _CAMEL.sub(r"_\1", key).lower()
+
+
+def _flatten(record: Mapping[str, Any], prefix: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
+    out = {} if out is None else out
+    for key, value in record.items():
+        name = prefix + _snake(str(key))
+        if isinstance(value, Mapping) and value:
+            _flatten(value, name + ".", out)
+        elif out.get(name) is None:  # camelCase and snake_case spellings of one field merge
+            out[name] = value
+    return out
+
+
+def _records_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    rows = [_flatten(r) for r in records]
+    columns: dict[str, None] = dict.fromkeys(FLIGHT_COLUMNS)
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    out: dict[str, pd.Series] = {}
+    for name in columns:
+        values = [row.get(name) for row in rows]
+        present = [v for v in values if v is not None and not (isinstance(v, float) and v != v)]
+        numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in present)
+        if name in _INT_FIELDS and numbers and all(float(v).is_integer() for v in present):
+            out[name] = int64(int(v) if isinstance(v, int | float) and v == v else None for v in values)
+        elif name in _FLOAT_FIELDS and numbers:
+            out[name] = pd.Series([float(v) if isinstance(v, int | float) else None for v in values], dtype="float64")
+        elif name in _STRING_FIELDS and all(isinstance(v, str) for v in present):
+            out[name] = pd.Series([v if isinstance(v, str) else None for v in values], dtype="string")
+        elif name == "ts":
+            out[name] = utc_times(v if isinstance(v, str) else None for v in values)
+        elif name in _CATEGORY_FIELDS:
+            categories = {"trigger": TRIGGER_CATEGORIES, "outcome": OUTCOME_CATEGORIES,
+                          "quality": QUALITY_CATEGORIES, "source": SOURCE_CATEGORIES}.get(name)
+            known = categories is not None and all(v in categories for v in present)
+            out[name] = categorical((v if isinstance(v, str) else None for v in values),
+                                    categories if known else None)
+        elif present and all(isinstance(v, bool) for v in present):
+            out[name] = pd.Series(pd.array([v if isinstance(v, bool) else None for v in values], dtype="boolean"))
+        elif present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+            out[name] = int64(v if isinstance(v, int) else None for v in values)
+        elif present and all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
+            out[name] = pd.Series([float(v) if isinstance(v, int | float) else None for v in values], dtype="float64")
+        elif present and all(isinstance(v, str) for v in present):
+            out[name] = pd.Series([v if isinstance(v, str) else None for v in values], dtype="string")
+        else:
+            out[name] = pd.Series(values, dtype=object)
+    return pd.DataFrame(out, columns=list(columns))
+
+
+def session_flight_records(store: SessionStore) -> list[dict[str, Any]]:
+    """The records of ``store``'s project flight file that belong to this session.
+
+    A record belongs to the session when its ``sessionId`` is the session's id, or when it has no
+    ``sessionId`` at all (a recorder created without one).
+    """
+    file = find_flight_file(store)
+    if file is None:
+        return []
+    sid = store.id
+    return [r for r in read_flight_records(file) if r.get("sessionId") in (sid, None)]
+
+
+def _looks_like_flight_file(file: Path) -> bool:
+    if file.name == "flight.jsonl":
+        return True
+    first = first_json_line(file)
+    return isinstance(first, dict) and "kind" in first and "type" not in first
+
+
+def flight_records(path_or_session: SessionLike) -> pd.DataFrame:
+    """One row per flight record (``.soba/flight.jsonl``), in file order.
+
+    ``path_or_session`` is a flight file, or a session (path or store) whose project's flight
+    file is then read and filtered to that session's records (an imported transcript has none:
+    the frame is empty but has the columns below).
+
+    Columns (always, in this order; :data:`FLIGHT_COLUMNS`): ``kind`` (category: ``budget`` /
+    ``compaction``), ``ts`` (datetime64[ns, UTC]), ``session_id`` (string), ``inference``,
+    ``effective``, ``hard_limit``, ``soft_limit``, ``context_window`` (Int64), ``source``
+    (category), ``operation_id`` (string), ``trigger``, ``outcome`` (category), ``reason``
+    (string), ``tokens_before``, ``tokens_after``, ``reclaimed_tokens`` (Int64),
+    ``reclaimed_percent`` (float64), ``checkpoint_id`` (string), ``duration_ms`` (Int64),
+    ``quality`` (category); then any other field of the records in order of first appearance.
+    camelCase names become snake_case (``hardLimit`` -> ``hard_limit``, merged with the
+    snake_case spelling) and nested objects are flattened with dots. An extra field whose values
+    are all whole numbers is ``Int64``, all booleans ``boolean``, all text ``string``.
+    """
+    if isinstance(path_or_session, SessionStore):
+        return _records_frame(session_flight_records(path_or_session))
+    if not isinstance(path_or_session, str | os.PathLike):
+        raise TypeError(f"flight_records needs a flight file, a session file or a SessionStore; "
+                        f"got {type(path_or_session).__name__}")
+    file = Path(path_or_session).expanduser()
+    if not file.exists():
+        raise SessionError(f"{file}: no such flight record or session file")
+    if file.is_dir():
+        raise SessionError(f"{file}: is a directory; pass .soba/flight.jsonl or a session file")
+    if _looks_like_flight_file(file):
+        records = read_flight_records(file)
+        return _records_frame(records)
+    return _records_frame(session_flight_records(open_session(file)))
+
+
+# -- capsules -------------------------------------------------------------------------------------
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def capsules(session: SessionLike) -> pd.DataFrame:
+    """One row per capsule entry (a completed compaction), in file order.
+
+    Columns:
+
+    ====================== =================== ====================================================
+    checkpoint_id          string              ``ck_…``
+    trigger                category            the trigger that ran it (fixed set of seven)
+    quality                category            ``ok`` or ``degraded``
+    tokens_before          Int64               effective tokens of the request before compaction
+    tokens_after           Int64               exact size of the continuation after it
+    reclaimed_tokens       Int64               ``tokens_before - tokens_after``
+    reclaimed_percent      float64             reclaimed share of ``tokens_before``, in percent
+    first_kept_entry_id    string              first entry kept verbatim (``<NA>``: nothing kept)
+    summarized_entries     Int64               entries the capsule summarized
+    duration_ms            Int64               from the flight record of the same operation id,
+                                               when ``<project>/.soba/flight.jsonl`` is found
+    operation_id           string              ``op_…``, joins with :func:`flight_records`
+    ts                     datetime64[ns, UTC] when the capsule was appended
+    entry_id               string              the capsule entry's id
+    source                 category            measurement source of ``tokens_before``
+    previous_checkpoint_id string              the capsule it rolled forward
+    on_path                bool                on the current root-to-leaf path
+    ====================== =================== ====================================================
+    """
+    snap = snapshot(session)
+    durations: dict[str, int] = {}
+    for record in session_flight_records(snap.store):
+        if record.get("kind") != "compaction":
+            continue
+        op = record.get("operation_id", record.get("operationId"))
+        ms = _int_or_none(record.get("duration_ms", record.get("durationMs")))
+        if isinstance(op, str) and ms is not None:
+            durations[op] = ms
+    on_path = {e.id for e in snap.path}
+    rows: dict[str, list[Any]] = {name: [] for name in CAPSULE_COLUMNS}
+    for entry in snap.entries:
+        if entry.type != "capsule":
+            continue
+        d = entry.data
+        before = _int_or_none(d.get("tokensBefore"))
+        after = _int_or_none(d.get("tokensAfter"))
+        reclaimed = before - after if before is not None and after is not None else None
+        op = _str_or_none(d.get("operationId"))
+        rows["checkpoint_id"].append(_str_or_none(d.get("checkpointId")))
+        rows["trigger"].append(_str_or_none(d.get("trigger")))
+        rows["quality"].append(_str_or_none(d.get("quality")))
+        rows["tokens_before"].append(before)
+        rows["tokens_after"].append(after)
+        rows["reclaimed_tokens"].append(reclaimed)
+        rows["reclaimed_percent"].append(round(100.0 * reclaimed / before, 1) if reclaimed is not None and before
+                                         else float("nan"))
+        rows["first_kept_entry_id"].append(_str_or_none(d.get("firstKeptEntryId")))
+        rows["summarized_entries"].append(_int_or_none(d.get("summarizedEntries")))
+        rows["duration_ms"].append(durations.get(op) if op else None)
+        rows["operation_id"].append(op)
+        rows["ts"].append(entry.ts if isinstance(entry.ts, str) else None)
+        rows["entry_id"].append(entry.id)
+        rows["source"].append(_str_or_none(d.get("source")))
+        rows["previous_checkpoint_id"].append(_str_or_none(d.get("previousCheckpointId")))
+        rows["on_path"].append(entry.id in on_path)
+    strings = ("checkpoint_id", "first_kept_entry_id", "operation_id", "entry_id", "previous_checkpoint_id")
+    return pd.DataFrame({
+        **{name: pd.Series(rows[name], dtype="string") for name in strings},
+        "trigger": categorical(rows["trigger"], TRIGGER_CATEGORIES),
+        "quality": categorical(rows["quality"], QUALITY_CATEGORIES),
+        "source": categorical(rows["source"], SOURCE_CATEGORIES),
+        **{name: int64(rows[name]) for name in ("tokens_before", "tokens_after", "reclaimed_tokens",
+                                                "summarized_entries", "duration_ms")},
+        "reclaimed_percent": pd.Series(rows["reclaimed_percent"], dtype="float64"),
+        "ts": utc_times(rows["ts"]),
+        "on_path": pd.Series(rows["on_path"], dtype=bool),
+    }, columns=list(CAPSULE_COLUMNS))

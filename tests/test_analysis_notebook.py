@@ -1,0 +1,64 @@
+"""notebooks/analysis.ipynb runs headless in a real kernel and draws real images."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import PI_SESSION, REPO, require_shared
+
+NOTEBOOK = REPO / "notebooks" / "analysis.ipynb"
+
+pytestmark = pytest.mark.kernel
+
+
+def _run(notebook: Path, cwd: Path, timeout: int = 600):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.read(notebook, as_version=4)
+    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                                     resources={"metadata": {"path": str(cwd)}})
+    client.execute()
+    return nb
+
+
+def _outputs(nb) -> list[dict]:
+    return [out for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])]
+
+
+def _text(nb) -> str:
+    parts = []
+    for out in _outputs(nb):
+        if out.get("output_type") == "stream":
+            parts.append(out["text"])
+        elif "text/plain" in out.get("data", {}):
+            parts.append(out["data"]["text/plain"])
+    return "\n".join(parts)
+
+
+def _check(nb, min_images: int) -> None:
+    errors = [out for out in _outputs(nb) if out.get("output_type") == "error"]
+    assert not errors, [f"{e['ename']}: {e['evalue']}" for e in errors]
+    images = [out for out in _outputs(nb) if "image/png" in out.get("data", {})]
+    assert len(images) >= min_images, f"expected at least {min_images} PNG plots, got {len(images)}"
+
+
+def test_analysis_notebook_on_the_pi_transcript(monkeypatch: pytest.MonkeyPatch) -> None:
+    require_shared(PI_SESSION)
+    monkeypatch.setenv("SOBA_TRANSCRIPT", str(PI_SESSION))  # the kernel inherits this environment
+    nb = _run(NOTEBOOK, NOTEBOOK.parent)
+    _check(nb, min_images=3)  # budget, two simulations, estimator histogram
+    text = _text(nb)
+    assert f"analysing {PI_SESSION}" in text
+    assert "65k window, keep 8k" in text and "usable as ground truth" in text
+
+
+def test_analysis_notebook_without_a_transcript(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A user with only the repository: no transcript, no session yet -> a demo session."""
+    monkeypatch.delenv("SOBA_TRANSCRIPT", raising=False)
+    copy = tmp_path / "analysis.ipynb"
+    shutil.copy(NOTEBOOK, copy)
+    nb = _run(copy, tmp_path)
+    _check(nb, min_images=2)
+    assert "demo session" in _text(nb)
