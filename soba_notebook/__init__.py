@@ -45,3 +45,10 @@ def unload_ipython_extension(ipython: Any) -> None:
     from .notebook import unload_ipython_extension as unload
 
     unload(ipython)
+
+
+def session() -> SessionStore:
+    """The session store the notebook's agent is using (for views: ``views.transcript(session())``)."""
+    from .notebook import current
+
+    return current().ensure().store

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["load_ipython_extension", "unload_ipython_extension"]
+__all__ = ["current", "load_ipython_extension", "unload_ipython_extension"]
 
 _LOADED: dict[int, Any] = {}
 
@@ -35,3 +35,15 @@ def unload_ipython_extension(ipython: Any) -> None:
         for name in list(names):
             ipython.magics_manager.magics[kind].pop(name, None)
     ipython.magics_manager.registry.pop(type(magics).__name__, None)
+
+
+def current(ipython: Any = None) -> Any:
+    """The :class:`~.controller.NotebookSession` of this kernel (after ``%load_ext soba_notebook``)."""
+    if ipython is None:
+        from IPython import get_ipython
+
+        ipython = get_ipython()
+    magics = _LOADED.get(id(ipython))
+    if magics is None:
+        raise RuntimeError("soba_notebook is not loaded in this kernel: run %load_ext soba_notebook first")
+    return magics.session

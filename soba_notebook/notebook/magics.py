@@ -261,7 +261,6 @@ class SobaMagics(Magics):
         return None
 
     # -- %capsule ----------------------------------------------------------------------------
-    @no_var_expand
     @line_magic
     def capsule(self, line: str) -> Any:
         """Portable Capsules (.capsule.md handoffs):
@@ -271,6 +270,8 @@ class SobaMagics(Magics):
           %capsule load PATH [--continue]  start a new session from it (or continue this one)
           %capsule list                    checkpoints of this session, created capsules, memory
           %capsule show CK
+
+        Python variables expand as usual ($ck, {path}), so an id held in a variable can be used.
         """
         args = _split(line)
         if not args:

@@ -1,0 +1,153 @@
+"""A real kernel: the quickstart notebook end to end, and a kernel interrupt during a turn."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from agent_support import is_summary_request
+from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
+from jupyter_client import KernelManager
+from nbclient import NotebookClient
+
+from soba_notebook.session import SessionStore, list_sessions
+from soba_notebook.session.context import pair_problems
+
+REPO = Path(__file__).resolve().parents[1]
+QUICKSTART = REPO / "notebooks" / "quickstart.ipynb"
+pytestmark = pytest.mark.kernel
+
+
+def _widget_states(nb: nbformat.NotebookNode) -> list[dict]:
+    saved = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    return [m["state"]["state"] for m in saved.get("state", {}).values() if "state" in m.get("state", {})]
+
+
+def test_quickstart_runs_end_to_end_and_its_saved_widget_shows_a_completed_compaction(tmp_path: Path) -> None:
+    nb = nbformat.read(QUICKSTART, as_version=4)
+    env_home = tmp_path / "home"
+    env_home.mkdir()
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True,
+                            resources={"metadata": {"path": str(tmp_path)}})
+    old_home = os.environ.get("HOME")
+    os.environ["HOME"] = str(env_home)  # no user config leaks into the run
+    try:
+        client.execute()
+    finally:
+        if old_home is not None:
+            os.environ["HOME"] = old_home
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
+    assert errors == []
+    states = _widget_states(nb)
+    assert states, "the budget widget's state was saved with the notebook"
+    last = states[0]["last_compaction"]
+    assert last["outcome"] == "completed" and last["reclaimed_tokens"] > 0 and last["checkpoint_id"].startswith("ck_")
+    assert states[0]["effective"] <= states[0]["hard"]
+    outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                      if o.output_type == "stream")
+    assert "offline scripted model" in outputs
+    assert "exported ck_" in outputs
+    assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
+               for o in c.get("outputs", [])), "the budget plot is a real image"
+
+
+def _execute(kc, code: str, timeout: float = 60) -> tuple[str, list[dict]]:  # noqa: ANN001
+    msg_id = kc.execute(code)
+    outputs: list[dict] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            msg = kc.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] in ("stream", "error", "display_data", "execute_result"):
+            outputs.append(msg["content"])
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            reply = kc.get_shell_msg(timeout=10)
+            return reply["content"]["status"], outputs
+    raise TimeoutError(f"cell did not finish: {code[:60]}")
+
+
+def test_kernel_interrupt_during_a_compaction_cancels_the_turn_and_appends_no_capsule(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    project = tmp_path / "project"
+    (project / ".soba").mkdir(parents=True)
+    (project / ".soba" / "config.json").write_text(json.dumps({
+        "model": {"provider": "openai", "model": "gpt-4o-mini", "baseUrl": fake_server.openai_base_url,
+                  "apiKeyEnv": "SOBA_TEST_KEY", "contextWindow": 16000, "maxOutputTokens": 1000},
+        "compaction": {"safetyReserveTokens": 1000, "keepRecentTokens": 2000, "minTokensForAutoCompact": 4000,
+                       "minReclaimableTokens": 500, "timeoutMs": 60000}}))
+    state = {"agent": 0}
+
+    def handler(path: str, body: dict) -> dict:
+        if is_summary_request(body):  # the summary streams so slowly that the interrupt lands first
+            return {"text": ["{", '"goal": ', '"g"', "}"], "delay": 2.0, "usage": False}
+        state["agent"] += 1
+        if state["agent"] <= 6:
+            return {"tool_calls": [{"id": f"w{state['agent']}", "name": "write_file",
+                                    "arguments": {"path": f"f{state['agent']}.txt", "content": "data " * 700}}],
+                    "usage": False}
+        return {"text": "done", "usage": False}
+
+    fake_server.handler = handler
+    km = KernelManager(kernel_name="python3")
+    env = {**os.environ, "SOBA_TEST_KEY": "k" * 16, "HOME": str(tmp_path / "home"),
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    km.start_kernel(cwd=str(project), env=env)
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        status, _ = _execute(kc, "%load_ext soba_notebook")
+        assert status == "ok"
+        status, outputs = _execute(kc, "%soba write six files", timeout=120)
+        assert status == "ok", outputs
+        msg_id = kc.execute("%soba and now summarize what you did")
+        deadline = time.monotonic() + 60
+        while not any(is_summary_request(r.body) for r in fake_server.requests):
+            assert time.monotonic() < deadline, "the barrier never started a summary"
+            time.sleep(0.05)
+        km.interrupt_kernel()
+        outputs = []
+        while True:
+            msg = kc.get_iopub_msg(timeout=60)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream":
+                outputs.append(msg["content"]["text"])
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        assert "turn cancelled" in "".join(outputs)
+        requests_after_interrupt = len(fake_server.requests)
+        time.sleep(2.5)  # the slow summary would have finished by now
+        assert len(fake_server.requests) == requests_after_interrupt, "nothing was sent after the cancel"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    (info,) = list_sessions(project / ".soba" / "sessions")
+    store = SessionStore.open(info.path)
+    assert [e for e in store.entries() if e.type == "capsule"] == [], "no late capsule after the interrupt"
+    assert pair_problems([e for e in store.path() if e.is_model_input]) == []
+    assert [e.text for e in store.path() if e.role == "user"][-1] == "and now summarize what you did"
+
+
+def test_extension_loads_from_ipython_config(tmp_path: Path) -> None:
+    import subprocess
+
+    profile = tmp_path / "ipython"
+    (profile / "profile_default").mkdir(parents=True)
+    (profile / "profile_default" / "ipython_config.py").write_text(
+        "c.InteractiveShellApp.extensions = ['soba_notebook']\n")
+    code = "print(sorted(k for k in get_ipython().magics_manager.magics['line'] if k in ('soba','compact','budget')))"
+    out = subprocess.run([sys.executable, "-m", "IPython", "--no-banner", "--colors=NoColor", "-c", code],
+                         env={**os.environ, "IPYTHONDIR": str(profile), "HOME": str(tmp_path)},
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "['budget', 'compact', 'soba']" in out.stdout, out.stderr
