@@ -273,3 +273,31 @@ def test_es_module_marks_degraded_skipped_and_failed_compactions_and_updates_liv
 
     assert updated["phase"] == "completed" and updated["progressHidden"] is True
     assert updated["checkpoint"] == "ck_1" and updated["lastHidden"] is False
+
+
+# -- the real thing: the quickstart notebook on the offline scripted model ------------------------
+
+QUICKSTART = REPO / "notebooks" / "quickstart.ipynb"
+
+
+@pytest.mark.browser
+def test_quickstart_in_jupyterlab_shows_a_completed_compaction_in_the_widget(tmp_path: Path) -> None:
+    _require_browser()
+    home = tmp_path / "home"
+    home.mkdir()
+
+    def views(notebook: LabNotebook) -> list[dict[str, str]]:
+        return notebook.page.locator(ROOT).evaluate_all("(els) => els.map((el) => Object.assign({}, el.dataset))")
+
+    # the last code cell draws the budget plot: once its image is there, every cell has run
+    run = run_notebook_in_lab(QUICKSTART, ".jp-RenderedImage img", tmp_path, inspect=views, timeout=300,
+                              env={"HOME": str(home)}, screenshot=ARTIFACTS / "quickstart_in_lab.png",
+                              screenshot_selector=ROOT)
+    states = run.value
+    assert states, "the budget widget rendered in JupyterLab"
+    for attrs in states:  # every view shows the one widget model of the session
+        assert attrs["phase"] == "completed" and attrs["outcome"] == "completed"
+        assert attrs["checkpoint"].startswith("ck_") and int(attrs["reclaimed"]) > 0
+        assert int(attrs["effective"]) <= int(attrs["hard"])
+    assert len({a["checkpoint"] for a in states}) == 1
+    assert (ARTIFACTS / "quickstart_in_lab.png").stat().st_size > 2_000
