@@ -407,3 +407,29 @@ def test_budget_after_compaction_counts_the_rendered_capsule(tmp_path: Path) -> 
     check = engine.measure()
     expected = COUNTER.count_messages(engine.model_messages())
     assert check.effective == expected
+
+
+def test_a_soft_attempt_consumes_every_pending_soft_intent(tmp_path: Path) -> None:
+    summ = FakeSummarizer(answer=_bloated)  # the attempt is skipped after generation
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), summ)
+    fill(store, 9000)
+    engine.record_intent("milestone", "a")
+    engine.record_intent("plan_pivot", "b")
+    engine.record_intent("turn_complete")
+    run(engine.preflight(TurnState()))
+    assert len(summ.calls) == 1 and engine.intents.pending() == ()
+    run(engine.preflight(TurnState()))
+    assert len(summ.calls) == 1, "no stale intent fires a second attempt"
+
+
+def test_intents_wait_for_the_next_turn_when_this_turn_already_made_its_soft_attempt(tmp_path: Path) -> None:
+    summ = FakeSummarizer(answer=_bloated)
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), summ)
+    fill(store, 14000)
+    turn = TurnState()
+    run(engine.preflight(turn))  # auto_threshold: the turn's one soft attempt
+    engine.record_intent("milestone", "done")
+    run(engine.preflight(turn))
+    assert len(summ.calls) == 1 and [i.trigger.value for i in engine.intents.pending()] == ["milestone"]
+    run(engine.preflight(TurnState()))
+    assert len(summ.calls) == 2 and engine.intents.pending() == ()

@@ -157,3 +157,36 @@ def test_rolling_clears_an_old_blocker_once_its_check_passes() -> None:
     new = Capsule(verification=(Verification("pytest -q", "passed"),))
     assert roll(old, new).blockers == ()
     assert roll(old, Capsule()).blockers == old.blockers, "no news keeps the blocker"
+
+
+def test_history_larger_than_the_summarizer_window_is_summarized_in_chunks_and_rolled() -> None:
+    import asyncio
+    import json
+
+    from soba_notebook.compaction.summarize import ModelSummarizer, SummaryRequest
+    from soba_notebook.tokens import TokenCounter
+
+    prompts: list[str] = []
+
+    async def complete(system: str, prompt: str, max_tokens: int) -> str:
+        prompts.append(prompt)
+        n = len(prompts)
+        return json.dumps({"goal": "g" if n == 1 else "", "done": [f"chunk {n}"], "filesRead": [f"f{n}.py"]})
+
+    entries = [user_message(f"step {i} " + "word " * 400).with_ids(f"e{i}", None, "t") for i in range(12)]
+    summarizer = ModelSummarizer(complete, TokenCounter("gpt-4o"), context_window=3_000, max_output_tokens=500)
+    seen: list[float] = []
+    capsule = asyncio.run(summarizer.summarize(SummaryRequest(tuple(entries), None), seen.append))
+    assert len(prompts) > 1, "the history did not fit one request, so it went in chunks"
+    assert all(summarizer.counter.count_text(p) < 3_000 for p in prompts), "every chunk fits the window"
+    assert capsule.goal == "g" and capsule.done == tuple(f"chunk {n}" for n in range(1, len(prompts) + 1))
+    assert set(capsule.files_read) == {f"f{n}.py" for n in range(1, len(prompts) + 1)}
+    assert "Previous capsule state" in prompts[1], "each chunk rolls the state of the ones before"
+    assert seen == sorted(seen) and seen[-1] == 1.0
+
+
+def test_long_tool_results_are_clipped_in_the_summarizer_input() -> None:
+    from soba_notebook.compaction.summarize import TOOL_RESULT_CHARS, serialize_entries
+
+    text = serialize_entries([tool_result("c", "shell", "x" * 50_000).with_ids("r", None, "t")])
+    assert len(text) < TOOL_RESULT_CHARS + 200 and "characters omitted" in text

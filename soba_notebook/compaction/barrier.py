@@ -183,9 +183,11 @@ class CompactionEngine:
         if trigger is None:
             return check
         if trigger in SOFT:
+            # One soft attempt answers every pending soft intent: they all ask for a compaction at
+            # this boundary, so each is consumed once here whatever the outcome (none goes stale
+            # and fires turns later).
             turn.soft_attempted = True
-        # the winning intent is consumed; lower-priority soft intents stay for a later turn
-        self.intents.consume(trigger)
+            self.intents.clear()
         outcome = await self.run(trigger, cancel=cancel, check=check)
         after = self.measure()
         if after.over_hard:
