@@ -57,7 +57,7 @@ def test_quickstart_runs_end_to_end_and_its_saved_widget_shows_a_completed_compa
                for o in c.get("outputs", [])), "the budget plot is a real image"
 
 
-def _execute(kc, code: str, timeout: float = 60) -> tuple[str, list[dict]]:  # noqa: ANN001
+def _execute(kc, code: str, timeout: float = 60) -> tuple[str, list[dict]]:
     msg_id = kc.execute(code)
     outputs: list[dict] = []
     deadline = time.monotonic() + timeout
@@ -151,3 +151,48 @@ def test_extension_loads_from_ipython_config(tmp_path: Path) -> None:
                          env={**os.environ, "IPYTHONDIR": str(profile), "HOME": str(tmp_path)},
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert "['budget', 'compact', 'soba']" in out.stdout, out.stderr
+
+
+def test_capsule_exported_by_one_session_starts_the_first_request_in_a_fresh_kernel_elsewhere(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    import asyncio
+
+    from soba_notebook.agent import open_agent
+    from soba_notebook.memory import handoff
+
+    # Session one: the offline scripted model does a task; an explicit compact makes a checkpoint.
+    first = tmp_path / "first"
+    (first / ".soba").mkdir(parents=True)
+    (first / ".soba" / "config.json").write_text(json.dumps({"compaction": {"keepRecentTokens": 500}}))
+    handle = open_agent(first)
+    assert asyncio.run(handle.agent.run_turn("Create a tiny calculator package and make its tests pass.")
+                       ).outcome == "completed"
+    outcome = asyncio.run(handle.agent.compact())
+    assert outcome.outcome == "completed"
+    exported = handoff.export_checkpoint(handle.store, first, outcome.checkpoint_id, tmp_path / "calc.capsule.md")
+
+    # A fresh kernel in another directory, on another provider, loads it.
+    second = tmp_path / "second"
+    (second / ".soba").mkdir(parents=True)
+    (second / ".soba" / "config.json").write_text(json.dumps({"model": {
+        "provider": "openai", "model": "gpt-4o-mini", "baseUrl": fake_server.openai_base_url,
+        "apiKeyEnv": "SOBA_TEST_KEY"}}))
+    fake_server.openai.enqueue(text="continuing from the capsule")
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(cwd=str(second), env={**os.environ, "SOBA_TEST_KEY": "k" * 16, "HOME": str(tmp_path / "home"),
+                                          "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        for code in ("%load_ext soba_notebook", f"%capsule load {exported}", "%soba carry on with the calculator"):
+            status, outputs = _execute(kc, code, timeout=120)
+            assert status == "ok", outputs
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    (request,) = fake_server.requests
+    messages = [m for m in request.body["messages"] if m["role"] != "system"]
+    assert messages[0]["role"] == "user" and messages[0]["content"].startswith("<context_capsule")
+    assert "calc" in messages[0]["content"], "the capsule's content reached the model"
+    assert messages[-1]["content"] == "carry on with the calculator"

@@ -214,3 +214,48 @@ def test_compact_with_history_reports_tokens_and_checkpoint(shell: InteractiveSh
     assert "compacted (user)" in out and "ck_" in out and "reclaimed" in out
     summary_request = fake_server.requests[-1].body
     assert "focus on the answers" in summary_request["messages"][-1]["content"]
+
+
+def test_capsule_create_export_list_show_and_load(shell: InteractiveShell, tmp_path: Path, fake_server: FakeServer,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SOBA_TEST_KEY", "k" * 12)
+    _use_fake_server(tmp_path, fake_server, keepRecentTokens=200)
+    fake_server.openai.enqueue(tool_calls=[{"id": "w1", "name": "write_file",
+                                            "arguments": {"path": "parser.py", "content": "def parse(): ...\n"}}])
+    fake_server.openai.enqueue(text="wrote the parser " + "words " * 300)
+    shell.run_line_magic("soba", "write a parser")
+    fake_server.handler = lambda path, body: {"text": '{"goal": "write a parser", "filesModified": ["parser.py"]}'}
+    session = _magics(shell).session
+    store = session.handle.store
+    size = store.file.stat().st_size
+    shell.run_line_magic("capsule", 'create "handoff parser work"')
+    out = capsys.readouterr().out
+    assert "created ck_" in out and ".soba/capsules/" in out
+    assert store.file.stat().st_size == size, "create does not change the session or its model input"
+    shell.run_line_magic("compact", "")
+    ck = next(e.data["checkpointId"] for e in store.entries() if e.type == "capsule")
+    capsys.readouterr()
+    shell.run_line_magic("capsule", f"export {ck} out/handoff.capsule.md")
+    assert (tmp_path / "out" / "handoff.capsule.md").exists()
+    with pytest.raises(UsageError, match="exists"):
+        shell.run_line_magic("capsule", f"export {ck} out/handoff.capsule.md")
+    shell.run_line_magic("capsule", f"export {ck} out/handoff.capsule.md --force")
+    shell.run_line_magic("capsule", "list")
+    listing = capsys.readouterr().out
+    assert ck in listing and "created" in listing and "user" in listing
+    shell.run_line_magic("capsule", f"show {ck}")
+    assert "parser.py" in capsys.readouterr().out
+    shell.run_line_magic("capsule", "load out/handoff.capsule.md")
+    assert "new session" in capsys.readouterr().out
+    new_store = session.handle.store
+    assert new_store.id != store.id
+    (loaded,) = [e for e in new_store.entries() if e.type == "capsule"]
+    assert loaded.data["trigger"] == "capsule_load" and loaded.data["loadedFrom"]["path"].endswith("handoff.capsule.md")
+    with pytest.raises(UsageError, match="usage: %capsule export"):
+        shell.run_line_magic("capsule", "export only-one-arg")
+    (tmp_path / "broken.capsule.md").write_text("no header here\n")
+    with pytest.raises(UsageError, match=r"broken\.capsule\.md:1"):
+        shell.run_line_magic("capsule", "load broken.capsule.md")
+    with pytest.raises(UsageError, match="unknown %capsule command"):
+        shell.run_line_magic("capsule", "frobnicate")
