@@ -259,3 +259,21 @@ def test_capsule_create_export_list_show_and_load(shell: InteractiveShell, tmp_p
         shell.run_line_magic("capsule", "load broken.capsule.md")
     with pytest.raises(UsageError, match="unknown %capsule command"):
         shell.run_line_magic("capsule", "frobnicate")
+
+
+def test_resume_switches_session_and_model_option_changes_the_requested_model(
+        shell: InteractiveShell, tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SOBA_TEST_KEY", "k" * 12)
+    _use_fake_server(tmp_path, fake_server)
+    fake_server.openai.enqueue(text="one")
+    shell.run_line_magic("soba", "first session")
+    session = _magics(shell).session
+    first_id = session.handle.store.id
+    fake_server.openai.enqueue(text="two")
+    shell.run_line_magic("soba", "--new --model gpt-4.1-mini second session")
+    assert fake_server.requests[-1].body["model"] == "gpt-4.1-mini"
+    assert session.handle.store.id != first_id
+    shell.run_line_magic("soba", f"resume {first_id}")
+    assert f"resumed session {first_id}" in capsys.readouterr().out
+    assert [e.text for e in session.handle.store.path() if e.role == "user"] == ["first session"]

@@ -245,3 +245,15 @@ def test_invalid_utf8_and_trailing_garbage_lines_are_reported_and_the_rest_kept(
     assert [e.text for e in reopened.entries()] == ["a", "b"]
     messages = " ".join(str(w.message) for w in record)
     assert ":3: not valid JSON" in messages and ":4: not valid JSON" in messages
+
+
+def test_capsule_whose_first_kept_entry_is_not_on_the_path_is_warned_not_silent(tmp_path: Path) -> None:
+    from soba_notebook.session.context import build_context
+
+    store = SessionStore.create(tmp_path)
+    store.append(user_message("a"))
+    store.append(Entry("capsule", {"firstKeptEntryId": "ghost", "state": {}}))
+    after = store.append(user_message("b"))
+    with pytest.warns(UserWarning, match="firstKeptEntryId 'ghost' is not on the path"):
+        ctx = build_context(store.path())
+    assert [e.id for e in ctx.messages] == [after.id]

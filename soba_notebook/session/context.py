@@ -7,10 +7,12 @@ checkpoints, config changes, unknown types from newer versions) are skipped.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import SessionWarning
 from .entries import Entry
 
 __all__ = ["ModelContext", "build_context", "context_key", "latest_capsule_index", "pair_problems"]
@@ -56,6 +58,11 @@ def build_context(path: Sequence[Entry]) -> ModelContext:
                 if path[i].id == first_kept:
                     start = i
                     break
+            else:
+                # A hand-edited or damaged transcript: say so rather than shrink the input quietly.
+                warnings.warn(f"capsule {capsule.id}: firstKeptEntryId {first_kept!r} is not on the path to the "
+                              f"leaf; the model input starts after the capsule (the transcript keeps every entry)",
+                              SessionWarning, stacklevel=2)
     messages = tuple(e for e in path[start:] if e.is_model_input)
     return ModelContext(capsule, messages, start, context_key(capsule))
 
