@@ -277,3 +277,21 @@ def test_resume_switches_session_and_model_option_changes_the_requested_model(
     shell.run_line_magic("soba", f"resume {first_id}")
     assert f"resumed session {first_id}" in capsys.readouterr().out
     assert [e.text for e in session.handle.store.path() if e.role == "user"] == ["first session"]
+
+
+def test_a_new_session_is_offered_what_project_memory_holds(shell: InteractiveShell, tmp_path: Path,
+                                                           fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SOBA_TEST_KEY", "k" * 12)
+    _use_fake_server(tmp_path, fake_server, keepRecentTokens=200)
+    for i in range(2):
+        fake_server.openai.enqueue(text=f"answer {i} " + "words " * 300)
+        shell.run_line_magic("soba", f"question {i}")
+    fake_server.handler = lambda path, body: {"text": '{"goal": "answer questions", "done": ["answered"]}'}
+    shell.run_line_magic("compact", "--remember")
+    assert "mirrored into Project Memory" in capsys.readouterr().out
+    fake_server.handler = None
+    fake_server.openai.enqueue(text="hello again")
+    shell.run_line_magic("soba", "--new hello")
+    out = capsys.readouterr().out
+    assert "Project Memory holds 1 capsule(s)" in out and "%capsule load" in out

@@ -126,10 +126,24 @@ class NotebookSession:
         self.handle = open_agent(self.project_dir, config=self.config(), session=session, new=new, bus=self.bus,
                                  user_namespace=self.user_namespace)
         self.runtime = AgentRuntime(self.handle.agent)
+        if len(self.handle.store) == 0:
+            self._offer_memory()
         if self.handle.offline and OFFLINE_NOTICE not in self.notices:
             self.notices.append(OFFLINE_NOTICE)
             print(OFFLINE_NOTICE, file=sys.stderr)
         return self.handle
+
+    def _offer_memory(self) -> None:
+        """A new session hears what Project Memory holds; nothing is loaded without being asked."""
+        from ..memory.project import ProjectMemory
+
+        assert self.handle is not None
+        memory = ProjectMemory(self.handle.paths.root)
+        offered = memory.offer()
+        if offered:
+            names = "; ".join(f"{pc.id} ({pc.title or 'untitled'})" for pc in offered[:5])
+            print(f"Project Memory holds {len(offered)} capsule(s): {names}. Start from one with "
+                  f"%capsule load {memory.path_for(offered[0].id)}")
 
     def close(self) -> None:
         if self.runtime is not None:
