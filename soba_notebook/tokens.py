@@ -190,23 +190,27 @@ class TokenCounter:
     def count_message(self, message: Mapping[str, Any]) -> int:
         """A provider-neutral message dict: content, tool calls, tool-result fields, overhead."""
         total = MESSAGE_OVERHEAD
-        content = message.get("content")
-        if isinstance(content, str):
-            total += self.count_text(content)
+        get = message.get
+        content = get("content")
+        if content.__class__ is str:
+            if content:
+                total += len(self._encoding.encode(content, disallowed_special=()))
         elif isinstance(content, list):  # rich content blocks (imported sessions)
             total += self._count_blocks(content)
-        for call in message.get("toolCalls") or ():
-            if isinstance(call, Mapping):
-                total += TOOL_CALL_OVERHEAD + self.count_text(str(call.get("name", "")))
-                total += self.count_text(json.dumps(call.get("arguments", {}), ensure_ascii=False,
-                                                    separators=(",", ":")))
-        if message.get("role") == "tool":
-            total += self.count_text(str(message.get("name", ""))) + 2
-        thinking = message.get("thinking")
-        if isinstance(thinking, str):
+        calls = get("toolCalls")
+        if calls:
+            for call in calls:
+                if isinstance(call, Mapping):
+                    total += TOOL_CALL_OVERHEAD + self.count_text(str(call.get("name", "")))
+                    total += self.count_text(json.dumps(call.get("arguments", {}), ensure_ascii=False,
+                                                        separators=(",", ":")))
+        if get("role") == "tool":
+            total += self.count_text(str(get("name", ""))) + 2
+        thinking = get("thinking")
+        if thinking.__class__ is str and thinking:
             total += self.count_text(thinking)
-        images = message.get("images")
-        if isinstance(images, int):
+        images = get("images")
+        if images.__class__ is int:
             total += images * IMAGE_TOKENS
         return total
 
@@ -224,14 +228,12 @@ class TokenCounter:
 
     def count_entry(self, entry: Entry) -> int:
         """Tokens ``entry`` adds to a request (0 for entries that are never model input)."""
-        if not entry.is_model_input:
-            return 0
         key = entry.id
         if key is not None:
             cached = self._entry_cache.get(key)
             if cached is not None:
                 return cached
-        n = self.count_message(entry.message)
+        n = self.count_message(entry.message) if entry.is_model_input else 0
         if key is not None:
             self._entry_cache[key] = n
         return n

@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 __all__ = [
@@ -35,6 +36,10 @@ __all__ = [
 #: Entry types that carry model input. Everything else (leaf, checkpoint, config, unknown types
 #: from a newer version) is kept in the transcript but never sent to the model.
 MESSAGE_TYPES_FOR_MODEL = frozenset({"message"})
+
+
+_MODEL_ROLES = frozenset({"user", "assistant", "tool"})
+_NO_MESSAGE: Mapping[str, Any] = MappingProxyType({})
 
 
 def new_id(prefix: str = "") -> str:
@@ -143,8 +148,11 @@ class Entry:
     # -- message accessors -------------------------------------------------------------------
     @property
     def message(self) -> Mapping[str, Any]:
-        msg = self.data.get("message") if self.type == "message" else None
-        return msg if isinstance(msg, Mapping) else {}
+        if self.type != "message":
+            return _NO_MESSAGE
+        msg = self.data.get("message")
+        # exact-type check first: this sits on every hot path, and an ABC isinstance is slow
+        return msg if msg.__class__ is dict or isinstance(msg, Mapping) else _NO_MESSAGE
 
     @property
     def role(self) -> str | None:
@@ -172,7 +180,7 @@ class Entry:
 
     @property
     def is_model_input(self) -> bool:
-        return self.type in MESSAGE_TYPES_FOR_MODEL and self.role in ("user", "assistant", "tool")
+        return self.type in MESSAGE_TYPES_FOR_MODEL and self.message.get("role") in _MODEL_ROLES
 
 
 def _message(**fields: Any) -> Entry:
