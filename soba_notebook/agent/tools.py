@@ -12,10 +12,13 @@ This module owns the contract between the model and the machine:
   model, with a pointer line ``[output truncated: N characters; full text in .soba/outputs/<id>.txt]``
   and the full text written to that file, so nothing is lost and the model can read it in pieces.
 
-Confinement and the file operations live in :mod:`.workspace`. Shell commands are not sandboxed:
-they run with the user's rights and can reach anything the user can; ``tools.allowShell: false``
-removes the tool. ``allowWrite`` and ``allowPython`` likewise remove ``write_file``/``edit_file``
-and ``python``; a call to a removed tool is refused, not run.
+Confinement and the file operations live in :mod:`.workspace`; running a command (subprocess,
+process-group kill, timeout, the status line) in :mod:`.shell`; running Python code (its own
+thread, output capture, the trailing expression's repr, interrupt on cancel) in :mod:`.pyexec`.
+This module wraps them as tools. Shell commands are not sandboxed: they run with the user's rights
+and can reach anything the user can; ``tools.allowShell: false`` removes the tool. ``allowWrite``
+and ``allowPython`` likewise remove ``write_file``/``edit_file`` and ``python``; a call to a
+removed tool is refused, not run.
 
 Argument names are part of the contract (the compaction extractor reads ``path`` of the file
 tools and ``command`` of ``shell``, and a shell result always ends with ``[exit code N]`` or
@@ -24,23 +27,12 @@ tools and ``command`` of ``shell``, and a shell result always ends with ``[exit 
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
-import ctypes
-import inspect
 import json
-import linecache
 import os
-import signal
-import subprocess
-import sys
-import tempfile
-import threading
-import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import count
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +41,8 @@ from ..errors import SessionError, ToolError
 from ..providers.base import ToolSpec
 from ..session.entries import new_id
 from . import workspace as ws
+from .pyexec import run_python
+from .shell import run_shell
 
 if TYPE_CHECKING:
     from ..cancel import CancelToken
@@ -67,11 +61,6 @@ __all__ = [
 ]
 
 CHECKPOINT_KINDS = ("milestone", "plan_pivot")
-
-#: Bytes of command output read back into memory at most; the middle of anything longer is dropped.
-_SHELL_READ_CAP = 32 * 1024 * 1024
-#: Seconds to wait for a python worker thread after interrupting it on cancel.
-_PYTHON_INTERRUPT_GRACE = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,248 +316,19 @@ async def _grep(args: dict[str, Any], ctx: ToolContext) -> _Raw:
                                              args.get("glob")))
 
 
-# -- shell -------------------------------------------------------------------------------------
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def _read_capture(file: Any) -> str:
-    size = os.fstat(file.fileno()).st_size
-    file.seek(0)
-    if size <= _SHELL_READ_CAP:
-        data = file.read()
-    else:
-        half = _SHELL_READ_CAP // 2
-        head = file.read(half)
-        file.seek(size - half)
-        data = head + f"\n[{size - 2 * half:,} bytes of output were not kept]\n".encode() + file.read()
-    return data.decode("utf-8", errors="replace")
-
+# -- shell and python (the execution itself lives in .shell and .pyexec) -----------------------
 
 async def _shell(args: dict[str, Any], ctx: ToolContext) -> _Raw:
-    command: str = args["command"]
     timeout = float(args.get("timeout_sec") or ctx.config.shell_timeout_sec)
     if timeout <= 0:
         raise ToolError(f"timeout_sec must be greater than 0, got {args.get('timeout_sec')!r}")
-    env = {k: v for k, v in os.environ.items() if k not in ctx.hidden_env}
-    env.update({"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"})
-    env.setdefault("TERM", "dumb")
-    # Output goes to an anonymous file, not a pipe: a background process that keeps the
-    # descriptor open can never make us wait, and any amount of output costs no memory.
-    with tempfile.TemporaryFile() as capture:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                "bash", "-lc", command, cwd=ctx.workspace, stdin=subprocess.DEVNULL, stdout=capture,
-                stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        except OSError as exc:
-            raise ToolError(f"cannot start bash in {ctx.workspace}: {exc.strerror or exc}") from None
-        waiter = asyncio.ensure_future(proc.wait())
-        watchers: set[asyncio.Future[Any]] = {waiter}
-        cancel_watch = asyncio.ensure_future(ctx.cancel.wait()) if ctx.cancel is not None else None
-        if cancel_watch is not None:
-            watchers.add(cancel_watch)
-        try:
-            await asyncio.wait(watchers, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            if waiter.done():
-                status = "exited"
-            elif ctx.cancel is not None and ctx.cancel.cancelled:
-                status = "cancelled"
-            else:
-                status = "timed_out"
-        finally:
-            if cancel_watch is not None:
-                cancel_watch.cancel()
-            if not waiter.done():
-                _kill_group(proc.pid)  # timeout, cancel, or the agent's own task was cancelled
-                with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(waiter), 10)
-        output = _read_capture(capture).rstrip("\n")
-    data: dict[str, Any] = {"command": command}
-    prefix = output + "\n" if output else ""
-    if status == "exited":
-        code = proc.returncode if proc.returncode is not None else -1
-        if code < 0:  # killed by a signal: report it the way a shell does
-            data["signal"] = -code
-            code = 128 - code
-        data["exit_code"] = code
-        return _Raw(prefix, is_error=code != 0, data=data, footer=f"[exit code {code}]")
-    if status == "cancelled":
-        data["cancelled"] = True
-        return _Raw(prefix, is_error=True, data=data, footer="[cancelled: the command was stopped]")
-    data["timed_out"] = True
-    return _Raw(prefix, is_error=True, data=data, footer=f"[timed out after {timeout:g}s]")
-
-
-# -- python ------------------------------------------------------------------------------------
-
-class _ThreadRoutedStream:
-    """Stands in for ``sys.stdout``/``sys.stderr``: writes from registered threads go to their
-    buffer, every other thread's writes go to the original stream (the kernel's output)."""
-
-    def __init__(self, fallback: Any) -> None:
-        self.fallback = fallback
-        self.targets: dict[int, list[str]] = {}
-
-    def write(self, text: str) -> int:
-        target = self.targets.get(threading.get_ident())
-        if target is None:
-            return self.fallback.write(text)
-        target.append(str(text))
-        return len(text)
-
-    def flush(self) -> None:
-        if threading.get_ident() not in self.targets:
-            self.fallback.flush()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.fallback, name)
-
-
-_ROUTING_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _capture_this_thread(buffer: list[str]) -> Any:
-    ident = threading.get_ident()
-    routers: list[tuple[str, _ThreadRoutedStream]] = []
-    with _ROUTING_LOCK:
-        for name in ("stdout", "stderr"):
-            current = getattr(sys, name)
-            if not isinstance(current, _ThreadRoutedStream):
-                current = _ThreadRoutedStream(current)
-                setattr(sys, name, current)
-            current.targets[ident] = buffer
-            routers.append((name, current))
-    try:
-        yield
-    finally:
-        with _ROUTING_LOCK:
-            for name, router in routers:
-                router.targets.pop(ident, None)
-                if not router.targets and getattr(sys, name) is router:
-                    setattr(sys, name, router.fallback)
-
-
-_cell_numbers = count(1)
-
-
-def _user_traceback(exc: BaseException, filename: str) -> str:
-    if isinstance(exc, SyntaxError) and exc.filename == filename:
-        return "".join(traceback.format_exception_only(type(exc), exc))
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != filename:
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
-
-
-def _execute_python(code: str, namespace: dict[str, Any], filename: str,
-                    out: list[str]) -> tuple[str | None, str | None]:
-    """Run ``code`` like a REPL cell: ``(repr of the trailing expression, traceback text)``."""
-    linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
-    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-    with _capture_this_thread(out):
-        try:
-            tree = ast.parse(code, filename, "exec")
-            last: ast.Expression | None = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = ast.Expression(tree.body.pop().value)
-            body = compile(tree, filename, "exec", flags=flags)
-            _run_code(body, namespace)
-            if last is None:
-                return None, None
-            value = _run_code(compile(last, filename, "eval", flags=flags), namespace)
-            return (None if value is None else repr(value)), None
-        except BaseException as exc:  # the cell's own errors (and interrupts) are its output
-            return None, _user_traceback(exc, filename)
-
-
-def _run_code(code: Any, namespace: dict[str, Any]) -> Any:
-    result = eval(code, namespace)
-    if code.co_flags & inspect.CO_COROUTINE:
-        result = asyncio.run(result)  # top-level await: a fresh loop in this worker thread
-    return result
-
-
-@dataclass(slots=True)
-class _PythonRun:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    finished: bool = False
-    thread_id: int | None = None
-
-
-def _interrupt(run: _PythonRun) -> None:
-    with run.lock:
-        if run.finished or run.thread_id is None:
-            return
-        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(run.thread_id),
-                                                   ctypes.py_object(KeyboardInterrupt))
+    result = await run_shell(args["command"], ctx.workspace, timeout, hidden_env=ctx.hidden_env, cancel=ctx.cancel)
+    return _Raw(result.text, result.is_error, result.data, result.footer)
 
 
 async def _python(args: dict[str, Any], ctx: ToolContext) -> _Raw:
-    """Run a cell on its own worker thread so the event loop stays free.
-
-    Output printed by that thread (stdout and stderr, in order) is captured; other threads,
-    including the kernel's own, keep printing where they did. Because the cell runs off the main
-    thread, code that needs it (installing signal handlers, some GUI backends) fails with its
-    usual error. On cancel the thread gets a ``KeyboardInterrupt``; code blocked inside a C call
-    may not notice, and is then reported as possibly still running.
-    """
-    code: str = args["code"]
-    namespace = ctx.python_namespace
-    filename = f"<soba-python-{next(_cell_numbers)}>"
-    out: list[str] = []
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[tuple[str | None, str | None]] = loop.create_future()
-    run = _PythonRun()
-
-    def deliver(result: tuple[str | None, str | None]) -> None:
-        if not done.done():
-            done.set_result(result)
-
-    def worker() -> None:
-        result: tuple[str | None, str | None] = (None, "KeyboardInterrupt: interrupted before the code started\n")
-        try:
-            result = _execute_python(code, namespace, filename, out)
-        except BaseException:  # an interrupt that landed outside the cell: the default result says so
-            pass
-        finally:
-            with run.lock:
-                run.finished = True
-            with contextlib.suppress(RuntimeError):  # the loop may be gone if the agent shut down
-                loop.call_soon_threadsafe(deliver, result)
-
-    # A dedicated daemon thread (not the shared to_thread pool) so a cancel can interrupt it
-    # without the interrupt ever landing in someone else's work.
-    thread = threading.Thread(target=worker, name="soba-python", daemon=True)
-    thread.start()
-    run.thread_id = thread.ident
-    waiters: set[asyncio.Future[Any]] = {done}
-    cancel_watch = asyncio.ensure_future(ctx.cancel.wait()) if ctx.cancel is not None else None
-    if cancel_watch is not None:
-        waiters.add(cancel_watch)
-    try:
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if cancel_watch is not None:
-            cancel_watch.cancel()
-        if not done.done():
-            _interrupt(run)
-    if not done.done():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(done), _PYTHON_INTERRUPT_GRACE)
-        text = "".join(out).rstrip("\n")
-        note = "[cancelled: the code was interrupted]" if done.done() else \
-            "[cancelled: the code could not be interrupted and may still be running in the background]"
-        return _Raw((text + "\n" if text else ""), is_error=True, data={"cancelled": True}, footer=note)
-    value, error = done.result()
-    text = "".join(out)
-    if error is not None:
-        return _Raw((text.rstrip("\n") + "\n" if text.strip() else "") + error.rstrip("\n"), is_error=True)
-    if value is not None:
-        text = (text.rstrip("\n") + "\n" if text else "") + value
-    return _Raw(text.rstrip("\n") or "(no output)", data={"has_value": value is not None})
+    result = await run_python(args["code"], ctx.python_namespace, ctx.cancel)
+    return _Raw(result.text, result.is_error, result.data, result.footer)
 
 
 # -- session tools -----------------------------------------------------------------------------
