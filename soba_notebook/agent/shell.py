@@ -3,8 +3,11 @@
 This module owns the operating-system side of the tool, kept apart from the tool contract in
 :mod:`.tools` because it is a different idea (processes, process groups, signals):
 
-* The command runs as ``bash -lc COMMAND`` in the workspace, in a new session (its own process
-  group), with no stdin, a pager-free environment and the ``hidden_env`` variables removed.
+* The command runs as ``bash -c COMMAND`` in the workspace, in a new session (its own process
+  group), with no stdin, a pager-free environment and the ``hidden_env`` variables removed. Not
+  a login shell: it inherits the kernel's environment as it is, and never runs profile scripts
+  (a ``pyenv rehash`` in a profile, killed by a timeout, left a lock that stalled every later
+  command for a minute).
 * stdout and stderr go, interleaved, to an anonymous temporary file rather than a pipe, so a
   background process that keeps the descriptor open can never make us wait, and any amount of
   output costs no memory. At most :data:`_SHELL_READ_CAP` bytes are read back.
@@ -76,7 +79,7 @@ def _read_capture(file: IO[bytes]) -> str:
 
 async def run_shell(command: str, cwd: Path, timeout: float, *, hidden_env: frozenset[str] = frozenset(),
                     cancel: CancelToken | None = None) -> ShellResult:
-    """Run ``command`` with ``bash -lc`` in ``cwd``, killing its process group after ``timeout``
+    """Run ``command`` with ``bash -c`` in ``cwd``, killing its process group after ``timeout``
     seconds or when ``cancel`` fires. Raises :class:`~soba_notebook.errors.ToolError` only when
     bash cannot be started."""
     env = {k: v for k, v in os.environ.items() if k not in hidden_env}
@@ -87,7 +90,7 @@ async def run_shell(command: str, cwd: Path, timeout: float, *, hidden_env: froz
     with tempfile.TemporaryFile() as capture:
         try:
             proc = await asyncio.create_subprocess_exec(
-                "bash", "-lc", command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=capture,
+                "bash", "-c", command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=capture,
                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except OSError as exc:
             raise ToolError(f"cannot start bash in {cwd}: {exc.strerror or exc}") from None

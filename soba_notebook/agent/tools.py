@@ -437,7 +437,7 @@ _TOOLS: tuple[Tool, ...] = (
                           path=_string("File or directory to search; default: the workspace root."),
                           glob=_string("Only search files matching this glob, e.g. *.py."))),
          _grep),
-    Tool(ToolSpec("shell", "Run a bash command (bash -lc) in the workspace directory. Output (stdout and stderr "
+    Tool(ToolSpec("shell", "Run a bash command (bash -c) in the workspace directory. Output (stdout and stderr "
                   "together) ends with [exit code N]. Not sandboxed. No stdin: do not start interactive programs.",
                   _schema(["command"], command=_string("The bash command."),
                           timeout_sec={"type": "number", "description": "Seconds before the command is killed; "
