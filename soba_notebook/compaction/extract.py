@@ -12,10 +12,11 @@ Two jobs depend on it (seed sections 1 and 7):
 
 It reads tool calls (name + arguments on assistant entries) paired with their results by tool
 call id, for SOBA's own tools and for the tools of agents whose sessions get imported (pi, Claude
-Code, SWE-agent, mini-swe-agent); shell command lines are analysed by :mod:`.shell_parse`. A file
-counts as modified only when the tool call that changed it succeeded, and as read only when the
-read succeeded. Every list is capped and every string clipped: the degraded capsule exists to
-reclaim tokens, so it must stay far smaller than the history it replaces.
+Code, SWE-agent, mini-swe-agent); shell command lines are analysed by :mod:`.shell_parse`, check
+results read by :mod:`.verification`. A file counts as modified only when the tool call that
+changed it succeeded, and as read only when the read succeeded. Every list is capped and every
+string clipped: the degraded capsule exists to reclaim tokens, so it must stay far smaller than
+the history it replaces.
 
 Pure functions, no I/O, linear in the number of entries (a thousand-entry session takes a few
 milliseconds once its shell commands are memoized, well under 50 ms cold).
@@ -30,13 +31,8 @@ from typing import Any
 
 from ..session.entries import Entry
 from .capsule import Capsule, Decision, EntryRange, Verification, merge_unique, roll
-from .shell_parse import (
-    ShellEffects,
-    classify_shell_command,
-    normalize_path,
-    verification_outcome,
-    verification_status,
-)
+from .shell_parse import ShellEffects, classify_shell_command, normalize_path
+from .verification import verification_outcome, verification_status
 
 __all__ = [
     "MAX_FILES",

@@ -22,29 +22,40 @@ What an import promises:
   is kept as it is and listed in :attr:`ImportReport.problems`, with ``file:line`` of the entry.
 
 The building blocks the format modules share (:class:`ImportLog`, :class:`Planned`,
-:class:`Converted` and the small value normalizers) live here too, because they are the contract
-between the converters and the writer; the converters are imported lazily, so importing this
-package stays cheap.
+:class:`Converted` and the small value normalizers) are the contract between the converters and
+the writer; they live in :mod:`._common`, which the converters import, and are re-exported here.
+The converters themselves are imported lazily, when a transcript of their format is imported, so
+importing this package stays cheap.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import os
 import re
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import SessionError
-from ..session.entries import Entry, new_id, now_iso
+from ..session.entries import Entry, new_id
 from ..session.store import SessionStore
+from ._common import (
+    IMAGE_PLACEHOLDER,
+    Converted,
+    ImportLog,
+    Planned,
+    assistant_data,
+    content_text,
+    iso_timestamp,
+    parse_arguments,
+    tool_data,
+    unknown_block,
+    usage_json,
+    user_data,
+)
 from .detect import FORMATS, detect_format, detect_format_of
 
 __all__ = [
@@ -66,12 +77,6 @@ __all__ = [
     "usage_json",
     "user_data",
 ]
-
-#: Placeholder text standing in for an image block (the image itself is counted in ``images``).
-IMAGE_PLACEHOLDER = "[image]"
-
-_TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
-_IMAGE_BLOCKS = frozenset({"image", "image_url", "input_image"})
 
 
 # -- the report ---------------------------------------------------------------------------------
@@ -113,247 +118,6 @@ class ImportReport:
                 f"{self.tool_results} results ({self.unpaired_tool_calls} calls without a result, "
                 f"{self.orphan_tool_results} results without a call), {len(self.problems)} problems, "
                 f"skipped: {skipped}; {self.seconds * 1000:.0f} ms")
-
-
-# -- the contract between converters and the writer ---------------------------------------------
-@dataclass
-class ImportLog:
-    """Collects problems (``file:line: what``) and skip counts while one source is converted."""
-
-    name: str
-    problems: list[str] = field(default_factory=list)
-    skipped: Counter[str] = field(default_factory=Counter)
-    _seen: set[str] = field(default_factory=set, repr=False)
-
-    def at(self, line: int | str) -> str:
-        """The ``file:line`` prefix for a location in the source."""
-        return f"{self.name}:{line}"
-
-    def problem(self, where: str, what: str) -> None:
-        self.problems.append(f"{where}: {what}")
-
-    def problem_once(self, key: str, where: str, what: str) -> None:
-        """Report ``what`` only the first time ``key`` is seen (repetitive facts, e.g. a record type)."""
-        if key not in self._seen:
-            self._seen.add(key)
-            self.problem(where, what)
-
-    def skip(self, kind: str, n: int = 1) -> None:
-        if n:
-            self.skipped[kind] += n
-
-
-@dataclass(frozen=True, slots=True)
-class Planned:
-    """One entry a converter wants written, with its place in the source tree.
-
-    ``ref`` is the entry's id in the source (or a synthetic unique reference); it becomes the SOBA
-    id when ``keep_id``. ``aliases`` are further source ids that must resolve to this entry (lines
-    merged into it, or split out of one line). With ``tree`` the entry is placed under the entry
-    ``parent`` refers to (``None``: a root in the source); without it, under the previously
-    written entry. ``id_refs`` names keys of ``data`` that hold source ids to translate.
-    ``leaf_candidate`` marks entries of the main conversation: the last one becomes the leaf.
-    """
-
-    type: str
-    data: Mapping[str, Any]
-    where: str
-    ref: str | None = None
-    keep_id: bool = True
-    aliases: tuple[str, ...] = ()
-    parent: str | None = None
-    tree: bool = False
-    ts: str | None = None
-    leaf_candidate: bool = True
-    id_refs: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Converted:
-    """A converter's result: the entries to write, the source's message count, header info."""
-
-    format: str
-    entries: tuple[Planned, ...]
-    source_messages: int
-    info: Mapping[str, Any] = field(default_factory=dict)
-
-
-# -- value normalizers shared by the converters -------------------------------------------------
-def iso_timestamp(value: Any) -> str | None:
-    """``value`` (ISO-8601 text, or epoch seconds / milliseconds, number or numeric text) as the
-    ``YYYY-MM-DDTHH:MM:SS.mmmZ`` UTC form every SOBA ``ts`` uses; ``None`` when it is neither."""
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, str):
-        text = value.strip()
-        if not text:
-            return None
-        try:
-            number = float(text)
-        except ValueError:
-            return _iso_from_text(text)
-        value = number
-    if isinstance(value, int | float):
-        if not math.isfinite(value) or value <= 0:
-            return None
-        seconds = value / 1000.0 if value >= 1e11 else float(value)  # >= 1e11: milliseconds
-        try:
-            return now_iso(datetime.fromtimestamp(seconds, UTC))
-        except (OverflowError, OSError, ValueError):
-            return None
-    return None
-
-
-def _iso_from_text(text: str) -> str | None:
-    candidate = text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text
-    try:
-        moment = datetime.fromisoformat(candidate)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return now_iso(moment.astimezone(UTC))
-
-
-def parse_arguments(raw: Any, where: str, log: ImportLog, call_id: str = "") -> dict[str, Any]:
-    """Tool-call arguments as a dict: JSON text is parsed; what cannot be becomes ``{"_raw": ...}``
-    and is reported."""
-    if isinstance(raw, Mapping):
-        return dict(raw)
-    if raw is None:
-        return {}
-    if isinstance(raw, str):
-        if not raw.strip():
-            return {}
-        try:
-            parsed = json.loads(raw)
-        except ValueError as exc:
-            log.problem(where, f"arguments of tool call {call_id!r} are not valid JSON (column {exc.pos + 1}: "
-                               f"{exc.msg}); kept as {{\"_raw\": ...}}")
-            return {"_raw": raw}
-        if isinstance(parsed, Mapping):
-            return dict(parsed)
-        log.problem(where, f"arguments of tool call {call_id!r} are JSON but not an object; kept as "
-                           f"{{\"_raw\": ...}}")
-        return {"_raw": raw}
-    log.problem(where, f"arguments of tool call {call_id!r} are a {type(raw).__name__}, not an object; "
-                       f"kept as {{\"_raw\": ...}}")
-    return {"_raw": str(raw)}
-
-
-def content_text(content: Any, where: str, log: ImportLog, *, joiner: str = "\n") -> tuple[str, int]:
-    """Flatten message content (a string, or a list of text / image blocks) to ``(text, images)``.
-
-    Images become :data:`IMAGE_PLACEHOLDER` in the text and are counted (their bytes are not
-    kept: ``skipped["image_data"]``). A block of any other type is reported and kept as a
-    ``[type]`` placeholder, so the position of the unknown data stays visible.
-    """
-    if content is None:
-        return "", 0
-    if isinstance(content, str):
-        return content, 0
-    if isinstance(content, Mapping):
-        content = [content]
-    if not isinstance(content, list):
-        log.problem(where, f"message content is a {type(content).__name__}; kept as its text form")
-        return str(content), 0
-    parts: list[str] = []
-    images = 0
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-            continue
-        if not isinstance(block, Mapping):
-            log.problem(where, f"content block is a {type(block).__name__}, not an object; kept as text")
-            parts.append(str(block))
-            continue
-        kind = block.get("type")
-        if kind in _TEXT_BLOCKS or (kind is None and isinstance(block.get("text"), str)):
-            text = block.get("text")
-            parts.append(text if isinstance(text, str) else str(text or ""))
-        elif kind in _IMAGE_BLOCKS:
-            images += 1
-            parts.append(IMAGE_PLACEHOLDER)
-            log.skip("image_data")
-        else:
-            parts.append(unknown_block(block, where, log))
-    return joiner.join(parts), images
-
-
-def unknown_block(block: Mapping[str, Any], where: str, log: ImportLog) -> str:
-    """Report a content block of an unknown type; return the placeholder that keeps its place."""
-    kind = str(block.get("type", "untyped"))
-    log.problem(where, f"unknown content block type {kind!r}; kept as a '[{kind}]' text placeholder")
-    return f"[{kind}]"
-
-
-def _count(raw: Mapping[str, Any], *keys: str) -> int | None:
-    for key in keys:
-        value = raw.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-            return int(value)
-    return None
-
-
-def usage_json(raw: Any) -> dict[str, Any] | None:
-    """Provider usage in SOBA's form ``{input, output, cacheRead, cacheWrite}``, from pi
-    (``input/output/cacheRead/cacheWrite``, ``cost`` kept), Anthropic (``input_tokens`` …
-    ``cache_creation_input_tokens``) or OpenAI-style (``prompt_tokens`` including cached tokens,
-    ``completion_tokens``) usage; ``None`` when ``raw`` is not usage."""
-    if not isinstance(raw, Mapping):
-        return None
-    if any(k in raw for k in ("input", "output", "cacheRead", "cacheWrite")):
-        out: dict[str, Any] = {"input": _count(raw, "input") or 0, "output": _count(raw, "output") or 0,
-                               "cacheRead": _count(raw, "cacheRead") or 0,
-                               "cacheWrite": _count(raw, "cacheWrite") or 0}
-        if isinstance(raw.get("cost"), Mapping):
-            out["cost"] = dict(raw["cost"])
-        return out
-    if any(k in raw for k in ("input_tokens", "output_tokens")):
-        return {"input": _count(raw, "input_tokens") or 0, "output": _count(raw, "output_tokens") or 0,
-                "cacheRead": _count(raw, "cache_read_input_tokens") or 0,
-                "cacheWrite": _count(raw, "cache_creation_input_tokens") or 0}
-    if any(k in raw for k in ("prompt_tokens", "completion_tokens")):
-        prompt = _count(raw, "prompt_tokens") or 0
-        details = raw.get("prompt_tokens_details")
-        cached = _count(details, "cached_tokens") if isinstance(details, Mapping) else None
-        if cached is None:
-            cached = _count(raw, "prompt_cache_hit_tokens") or 0
-        cached = min(cached, prompt)
-        return {"input": prompt - cached, "output": _count(raw, "completion_tokens") or 0,
-                "cacheRead": cached, "cacheWrite": 0}
-    return None
-
-
-def _message_data(fields: Mapping[str, Any], imported: Mapping[str, Any] | None) -> dict[str, Any]:
-    data: dict[str, Any] = {"message": {k: v for k, v in fields.items() if v is not None}}
-    if imported:
-        data["imported"] = {k: v for k, v in imported.items() if v is not None}
-    return data
-
-
-def user_data(text: str, *, images: int = 0, source: str | None = None,
-              imported: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``data`` of a user ``message`` entry; ``source`` marks where a non-typed message came from."""
-    return _message_data({"role": "user", "content": text, "images": images or None, "source": source},
-                         imported)
-
-
-def assistant_data(text: str, calls: Sequence[Mapping[str, Any]] = (), *, usage: Mapping[str, Any] | None = None,
-                   model: str | None = None, provider: str | None = None, stop_reason: str | None = None,
-                   thinking: str | None = None, images: int = 0,
-                   imported: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``data`` of an assistant ``message`` entry (``calls``: ``{id, name, arguments: dict}``)."""
-    return _message_data({"role": "assistant", "content": text, "toolCalls": [dict(c) for c in calls] or None,
-                          "usage": usage, "model": model, "provider": provider, "stopReason": stop_reason,
-                          "thinking": thinking or None, "images": images or None}, imported)
-
-
-def tool_data(call_id: str, name: str, text: str, *, is_error: bool = False, images: int = 0,
-              imported: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``data`` of a tool-result ``message`` entry."""
-    return _message_data({"role": "tool", "toolCallId": call_id, "name": name, "content": text,
-                          "isError": bool(is_error), "images": images or None}, imported)
 
 
 # -- public API ---------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import (
+from ._common import (
     IMAGE_PLACEHOLDER,
     Converted,
     ImportLog,

@@ -33,7 +33,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import (
+from ._common import (
     Converted,
     ImportLog,
     Planned,

@@ -34,7 +34,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from . import (
+from ._common import (
     IMAGE_PLACEHOLDER,
     Converted,
     ImportLog,

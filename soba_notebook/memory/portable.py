@@ -6,74 +6,18 @@ and only the format: :func:`export_text` / :func:`load_text` convert, :func:`exp
 :func:`load` add the disk (atomic writes, redaction, clear errors). ``load(export(pc)) == pc``
 exactly, for every capsule.
 
-The file
---------
-::
+In short: a ``---`` header (``soba-capsule: 1``, ``id``, ``title``, ``created``, the source
+session and checkpoint, ``trigger``, ``quality``, ``tokens`` and the ``hash`` of the capsule
+state), then one ``## `` section per capsule field (:data:`SECTIONS`). A string that is not
+*plain* (:func:`is_plain`: one non-empty printable line, no outer whitespace, no leading quote, no
+code fence) is written as one JSON string literal, so every value round-trips exactly. Reading is
+forgiving where a person edits and exact where the file is broken (:class:`CapsuleFileError`
+names the file, the line and the problem); content that no longer matches the header's hash was
+edited by hand (``edited=True``, refused with ``strict=True``). Loading never executes anything:
+only :mod:`json` string decoding, no eval, YAML, pickle or templates.
 
-    ---
-    soba-capsule: 1
-    id: cap_5d2c9e0a41b7f3e2
-    title: handoff auth work
-    created: 2025-01-01T12:00:00.000Z
-    source-session: 20250101-120000-1a2b3c4d
-    source-checkpoint: ck_0a1b2c3d4e
-    trigger: user
-    quality: ok
-    tokens: 1840
-    hash: sha256:…        (sha256 of the canonical JSON of the capsule state)
-    ---
-
-    # Portable Context Capsule
-    <!-- notes for the reader; everything before the first "## " section is ignored -->
-
-    ## Goal
-    ## Constraints  ## Completed work  ## Active work  ## Pending work
-    ## Decisions            - what — why
-    ## Unresolved blockers  ## Next steps  ## Files read  ## Files modified
-    ## Verification         - `command` — passed|failed|unknown — detail
-    ## Active skills  ## Artifacts
-    ## Covered range        - first entry: … / - last entry: … / - entries: N
-    ## Rolled up from
-
-Header values are written bare when that is unambiguous and as JSON otherwise (strings that
-could read as a number, ``true``/``false``/``null``, or that are not "plain" — see below).
-
-The text encoding rule (how any string survives exactly)
---------------------------------------------------------
-A string is **plain** when it is non-empty, has no leading or trailing whitespace, every character
-is printable (``str.isprintable``: no newline, tab, control, or Unicode line/paragraph separator),
-it does not start with a double quote and holds no code fence (three backticks, which would
-derail a Markdown renderer). Plain strings are written as they are; **every other
-string is written as one JSON string literal** (``"…"``), in which every non-printable character
-is a ``\\uXXXX`` escape, so it always fits on one printable line. On reading, a value that starts
-with ``"`` must be exactly one JSON string; anything else is taken literally (surrounding
-whitespace trimmed, which a plain string never has). Per field:
-
-* a **list item** is one line ``- <plain>`` or ``- "<json>"``;
-* a **decision** is ``- <what> — <why>`` (or ``- <what>`` when there is no why); a plain *what*
-  additionally contains no ``—``, so the first `` — `` always separates the two;
-* a **verification** is ``- `<command>` — <status> — <detail>`` (detail optional); a command
-  is in backticks when plain and free of backticks, else a JSON string;
-* the **goal** is free text: several lines (blank ones and indentation included) are written as
-  they are when every line is printable, has no trailing whitespace and does not start with
-  ``#``, the whole has no outer whitespace nor leading quote, and code fences are balanced and
-  open their lines; otherwise the goal is a single JSON string line;
-* the covered range's ``first entry`` / ``last entry`` use the header's scalar rule (``null`` for
-  none).
-
-So code fences, ``---``, ``## Goal``, ``- `` prefixes, backslashes or newlines inside an item all
-round-trip: they are either harmless on their line or inside a JSON string.
-
-Reading is forgiving where a person edits (another bullet, a changed goal, ``*`` bullets,
-trailing spaces, CRLF, a BOM) and exact where the file is broken: a missing header, an unknown
-format version, an unknown or duplicated section, a missing ``## Goal``, a malformed
-verification line or JSON string raise :class:`CapsuleFileError` (a
-:class:`~soba_notebook.errors.CapsuleFormatError`) naming the file, the line and the problem.
-When the content no longer matches the header's hash the capsule was edited by hand: non-strict
-loading accepts it and records ``edited=True``; ``strict=True`` refuses it.
-
-Loading never executes anything: the file is split into lines and read with :mod:`json` string
-decoding only (no eval, no YAML, no pickle, no templates).
+The complete format, with an example file and the encoding rule per field, is
+``docs/CAPSULE_FORMAT.md`` in the repository; keep it in step with this module.
 """
 
 from __future__ import annotations
@@ -211,7 +155,7 @@ def content_hash(capsule: Capsule) -> str:
 
 # -- the text encoding rule --------------------------------------------------------------------
 def is_plain(text: str) -> bool:
-    """Whether ``text`` can be written as is on one line (see the module docstring)."""
+    """Whether ``text`` can be written as is on one line (the rule: ``docs/CAPSULE_FORMAT.md``)."""
     return (bool(text) and text == text.strip() and text.isprintable() and not text.startswith('"')
             and _FENCE not in text)
 
