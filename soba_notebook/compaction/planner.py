@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..session.context import context_start
 from ..session.entries import Entry
 from .capsule import Capsule
 
@@ -23,21 +24,7 @@ __all__ = ["CompactionPlan", "context_slice", "find_cut_point", "valid_boundarie
 
 def context_slice(path: Sequence[Entry]) -> tuple[list[Entry], Entry | None]:
     """The entries of the current model context (capsule entries excluded) and the capsule in force."""
-    cap_i = None
-    for i in range(len(path) - 1, -1, -1):
-        if path[i].type == "capsule":
-            cap_i = i
-            break
-    if cap_i is None:
-        return [e for e in path if e.type != "capsule"], None
-    capsule = path[cap_i]
-    first = capsule.data.get("firstKeptEntryId")
-    start = cap_i + 1
-    if isinstance(first, str):
-        for i in range(cap_i - 1, -1, -1):
-            if path[i].id == first:
-                start = i
-                break
+    start, capsule = context_start(path)
     return [e for e in path[start:] if e.type != "capsule"], capsule
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from ..errors import SessionWarning
 from .entries import Entry
 
-__all__ = ["ModelContext", "build_context", "context_key", "latest_capsule_index", "pair_problems"]
+__all__ = ["ModelContext", "build_context", "context_key", "context_start", "latest_capsule_index", "pair_problems"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,25 +44,31 @@ def context_key(capsule: Entry | None) -> str:
     return f"capsule:{capsule.id}" if capsule is not None else "root"
 
 
-def build_context(path: Sequence[Entry]) -> ModelContext:
-    """Select model input from ``path`` (root to leaf), per the seed's section 2.1."""
+def context_start(path: Sequence[Entry]) -> tuple[int, Entry | None]:
+    """Where the model input begins on ``path``, and the capsule in force (None: the root).
+
+    The one place that resolves a capsule's ``firstKeptEntryId``; the context builder and the
+    compaction planner both ask it, so they can never disagree about what the model sees.
+    """
     cap_i = latest_capsule_index(path)
     if cap_i is None:
-        start, capsule = 0, None
-    else:
-        capsule = path[cap_i]
-        first_kept = capsule.data.get("firstKeptEntryId")
-        start = cap_i + 1
-        if isinstance(first_kept, str):
-            for i in range(cap_i - 1, -1, -1):
-                if path[i].id == first_kept:
-                    start = i
-                    break
-            else:
-                # A hand-edited or damaged transcript: say so rather than shrink the input quietly.
-                warnings.warn(f"capsule {capsule.id}: firstKeptEntryId {first_kept!r} is not on the path to the "
-                              f"leaf; the model input starts after the capsule (the transcript keeps every entry)",
-                              SessionWarning, stacklevel=2)
+        return 0, None
+    capsule = path[cap_i]
+    first_kept = capsule.data.get("firstKeptEntryId")
+    if isinstance(first_kept, str):
+        for i in range(cap_i - 1, -1, -1):
+            if path[i].id == first_kept:
+                return i, capsule
+        # A hand-edited or damaged transcript: say so rather than shrink the input quietly.
+        warnings.warn(f"capsule {capsule.id}: firstKeptEntryId {first_kept!r} is not on the path to the "
+                      f"leaf; the model input starts after the capsule (the transcript keeps every entry)",
+                      SessionWarning, stacklevel=3)
+    return cap_i + 1, capsule
+
+
+def build_context(path: Sequence[Entry]) -> ModelContext:
+    """Select model input from ``path`` (root to leaf), per the seed's section 2.1."""
+    start, capsule = context_start(path)
     messages = tuple(e for e in path[start:] if e.is_model_input)
     return ModelContext(capsule, messages, start, context_key(capsule))
 
