@@ -24,6 +24,7 @@ from typing import Any
 from .errors import ConfigError
 
 __all__ = [
+    "AgentConfig",
     "CompactionConfig",
     "ConfigWarning",
     "MemoryConfig",
@@ -71,6 +72,8 @@ class ModelConfig:
     max_output_tokens: int = 8_000
     compaction_model: str | None = None
     temperature: float | None = None
+    #: "auto" (stream; plain requests when the server streams no usage), "always" or "never"
+    stream: str = "auto"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,16 @@ class ToolsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """Bounds on one turn, so a model that loops cannot run forever or bill without end."""
+
+    #: inferences in one turn; the turn ends with a clear message at the bound
+    max_steps_per_turn: int = 50
+    #: how often one tool call with the same arguments may run in one turn
+    max_repeated_tool_calls: int = 3
+
+
+@dataclass(frozen=True, slots=True)
 class MemoryConfig:
     """Project Memory: an explicit, validated, non-degraded compact may mirror its capsule."""
 
@@ -98,6 +111,7 @@ class SobaConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
     #: where each dotted key's value came from ("defaults", a file path, "arguments")
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -125,7 +139,9 @@ class SobaConfig:
 
 
 _SECTIONS: dict[str, type] = {"compaction": CompactionConfig, "model": ModelConfig, "tools": ToolsConfig,
-                              "memory": MemoryConfig}
+                              "memory": MemoryConfig, "agent": AgentConfig}
+#: string settings that take one of a few values
+_CHOICES: dict[str, tuple[str, ...]] = {"stream": ("auto", "always", "never")}
 _SECRET_KEYS = {"apikey", "api_key", "key", "token", "accesstoken", "secret", "password", "authorization"}
 
 
@@ -161,7 +177,8 @@ def _check_value(source: str, dotted: str, name: str, value: Any, default: Any) 
         if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
             raise bad("expected a whole number of tokens" if "token" in name or "window" in name
                       else "expected a whole number")
-        positive = name in ("context_window", "max_output_tokens", "timeout_ms", "max_output_chars")
+        positive = name in ("context_window", "max_output_tokens", "timeout_ms", "max_output_chars",
+                            "max_steps_per_turn", "max_repeated_tool_calls")
         if value < 0 or (positive and value == 0):
             raise bad("must be greater than 0" if positive else "must not be negative")
         return int(value)
@@ -174,6 +191,12 @@ def _check_value(source: str, dotted: str, name: str, value: Any, default: Any) 
     # strings (some optional)
     if value is None and default is None:
         return None
+    if name in _CHOICES:
+        if value is True or value is False:  # "stream": true / false read naturally
+            value = "always" if value else "never"
+        if value not in _CHOICES[name]:
+            raise bad(f"expected one of {', '.join(_CHOICES[name])}")
+        return value
     if not isinstance(value, str) or not value.strip():
         raise bad("expected a non-empty string")
     return value

@@ -77,7 +77,18 @@ class AuthError(ProviderError):
 
 
 class ContextOverflowError(ProviderError):
-    """The provider says the request was longer than the model's context window."""
+    """The provider says the request was longer than the model's context window.
+
+    ``requested_tokens`` and ``context_limit`` are what the provider stated, when its message
+    says (``"maximum context length is 2048 tokens. However, you requested 2311 tokens"``);
+    ``None`` otherwise. The overflow recovery uses them to check that its retry is smaller.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False,
+                 requested_tokens: int | None = None, context_limit: int | None = None) -> None:
+        super().__init__(message, status=status, retryable=retryable)
+        self.requested_tokens = requested_tokens
+        self.context_limit = context_limit
 
 
 class CompactionFailed(SobaError):

@@ -204,6 +204,8 @@ class OpenAIWire:
         def render(request: Mapping[str, Any]) -> Reply:
             base = {"id": "chatcmpl-fake0001", "object": "chat.completion.chunk", "created": 1_700_000_000,
                     "model": model, "system_fingerprint": "fp_fake"}
+            if request.get("stream") is False:
+                return self._whole(request, base, text, thinking, tool_calls, usage, finish_reason, error, stream)
             include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
 
             def chunk(delta: Mapping[str, Any], finish: str | None = None, with_usage: bool = True) -> bytes:
@@ -244,6 +246,31 @@ class OpenAIWire:
                                   ("x-request-id", "req_fake")), frames=tuple(frames), **stream)
 
         return Script(render)
+
+    def _whole(self, request: Mapping[str, Any], base: Mapping[str, Any], text: str | Sequence[str], thinking: str,
+               tool_calls: Sequence[Mapping[str, Any]], usage: Mapping[str, Any] | bool | None,
+               finish_reason: str | None, error: Mapping[str, Any] | None, stream: Mapping[str, Any]) -> Reply:
+        """The non-streamed ``chat.completion`` object a real server sends for ``stream: false``."""
+        if error is not None:
+            return _json_reply(500, {"error": dict(error)})
+        content = text if isinstance(text, str) else "".join(text)
+        message: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if thinking:
+            message["reasoning_content"] = thinking
+        if tool_calls:
+            message["tool_calls"] = [
+                {"id": c.get("id", f"call_fake{i}"), "type": "function",
+                 "function": {"name": c["name"], "arguments": c.get("arguments", {}) if isinstance(
+                     c.get("arguments"), str) else _compact(c.get("arguments", {}))}}
+                for i, c in enumerate(tool_calls)]
+        body = {**base, "object": "chat.completion",
+                "choices": [{"index": 0, "message": message, "logprobs": None,
+                             "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop")}]}
+        if usage is not False:
+            body["usage"] = self._usage(usage, request, text)
+        delays = {k: v for k, v in stream.items() if k == "headers_delay"}
+        return Reply(headers=(("content-type", "application/json"),), frames=(_compact(body).encode(),),
+                     stream=False, **delays)
 
     @staticmethod
     def _usage(usage: Mapping[str, Any] | bool | None, request: Mapping[str, Any],

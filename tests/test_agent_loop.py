@@ -72,7 +72,8 @@ def test_compaction_runs_between_tool_calls_of_one_long_turn(tmp_path: Path, fak
         count["n"] += 1
         # no usage: the fake server's default figures are not a real prompt size
         if count["n"] <= 14:
-            return {"tool_calls": _calls((f"r{count['n']}", "read_file", {"path": "big.txt"})), "usage": False}
+            args = {"path": "big.txt", "start_line": count["n"]}  # distinct reads: not a loop
+            return {"tool_calls": _calls((f"r{count['n']}", "read_file", args)), "usage": False}
         return {"text": "done reading", "usage": False}
 
     fake_server.handler = handler

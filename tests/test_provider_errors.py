@@ -301,7 +301,7 @@ def test_silent_overflow_raises_after_the_response(wire: Wire) -> None:
              else {"input_tokens": 1000, "cache_read_input_tokens": 500, "output_tokens": 3})
     wire.ok(text="ok", usage=usage)
     wire.ok(text="ok", usage=usage)
-    with pytest.raises(ContextOverflowError, match=r"silent context overflow.*1500.*1000") as info:
+    with pytest.raises(ContextOverflowError, match=r"silent context overflow.*1,500.*1,000") as info:
         wire.run(context_window=1000)
     assert info.value.response.text == "ok"  # type: ignore[attr-defined]
     assert wire.run(context_window=1500).text == "ok"

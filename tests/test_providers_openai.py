@@ -118,10 +118,16 @@ def test_tool_call_events_carry_id_name_and_argument_fragments(fake_server: Fake
     assert all(d["index"] == 0 for d in deltas)
 
 
-def test_arguments_that_are_not_a_json_object_are_kept_raw(fake_server: FakeServer) -> None:
+def test_arguments_that_are_not_a_json_object_are_kept_as_the_models_own_text(fake_server: FakeServer) -> None:
     fake_server.openai.enqueue(tool_calls=[{"id": "c", "name": "ls", "arguments": '{"dir": "unterminated'}])
     response = run(fake_server, request())
-    assert response.tool_calls[0].arguments == {"_raw_arguments": '{"dir": "unterminated'}
+    call = response.tool_calls[0]
+    assert call.arguments == {} and call.raw_arguments == '{"dir": "unterminated'
+    # sent back as the model wrote it, not wrapped in a shape it never produced
+    wire = to_openai_messages("", [{"role": "assistant", "content": "", "toolCalls": [call.to_json()]},
+                                   {"role": "tool", "toolCallId": "c", "name": "ls", "content": "bad"}])
+    assert wire[0]["tool_calls"][0]["function"]["arguments"] == '{"dir": "unterminated'
+    assert "_raw_arguments" not in json.dumps(wire)
 
 
 def test_cached_tokens_are_moved_out_of_input_tokens(fake_server: FakeServer) -> None:
@@ -260,13 +266,13 @@ def test_fake_server_without_a_script_fails_fast_with_a_clear_error(fake_server:
 
 # -- message conversion --------------------------------------------------------------------------------
 
-def test_assistant_with_tool_calls_and_empty_text_sends_null_content() -> None:
+def test_assistant_with_tool_calls_and_empty_text_sends_empty_string_content_never_null() -> None:
     wire = to_openai_messages("", [
         {"role": "user", "content": "list"},
         {"role": "assistant", "content": "", "toolCalls": [{"id": "c1", "name": "ls", "arguments": {"d": "."}}]},
         {"role": "tool", "toolCallId": "c1", "name": "ls", "content": "a.py"},
     ])
-    assert wire[1] == {"role": "assistant", "content": None, "tool_calls": [
+    assert wire[1] == {"role": "assistant", "content": "", "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": '{"d": "."}'}}]}
 
 

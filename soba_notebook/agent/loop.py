@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,19 +25,38 @@ from typing import Any
 
 from ..cancel import CancelToken
 from ..compaction import CompactionEngine, CompactionOutcome, ModelSummarizer, Trigger, TurnState
+from ..compaction.summarize import capsule_schema, summary_output_budget
 from ..config import SobaConfig
 from ..errors import CompactionFailed, ContextOverflowError, ProviderError, SobaError, TurnCancelled
 from ..events import EventBus
 from ..flight import FlightRecorder
-from ..providers.base import ModelRequest, ModelResponse, Provider, StreamEvent, repair_tool_pairing
-from ..session.entries import Entry, assistant_message, checkpoint, config_change, tool_result, user_message
+from ..providers.base import (
+    ModelRequest,
+    ModelResponse,
+    Provider,
+    StreamEvent,
+    arguments_error,
+    repair_tool_pairing,
+)
+from ..session.entries import (
+    Entry,
+    ToolCall,
+    assistant_message,
+    checkpoint,
+    config_change,
+    tool_result,
+    user_message,
+)
 from ..session.store import SessionStore
 from ..tokens import TokenCounter
 from .secrets import scrub, scrub_value, secret_values
 from .skills import SkillRegistry
 from .tools import ToolContext, ToolRegistry, default_tools
 
-__all__ = ["SYSTEM_PROMPT", "Agent", "TurnResult"]
+__all__ = ["READ_ONLY_TOOLS", "SYSTEM_PROMPT", "Agent", "TurnResult"]
+
+#: Tools that change nothing: the same call again, with nothing changed in between, is a loop.
+READ_ONLY_TOOLS = frozenset({"read_file", "list_files", "glob", "grep", "recall"})
 
 SYSTEM_PROMPT = """You are SOBA, a coding agent running inside the user's Jupyter kernel.
 Work in the workspace {workspace}. Use the tools to read, edit and run code; verify changes by running the
@@ -74,7 +95,7 @@ class Agent:
         self.summary_provider = summary_provider or provider
         summarizer = ModelSummarizer(self._summary_complete, self.counter,
                                      context_window=config.model.context_window,
-                                     max_output_tokens=min(4_000, config.model.max_output_tokens))
+                                     max_output_tokens=summary_output_budget(config.model.context_window))
         self.engine = CompactionEngine(store, config, self.counter, bus=self.bus, summarizer=summarizer,
                                        flight=flight)
         self.tool_context = ToolContext(
@@ -121,9 +142,15 @@ class Agent:
         outcome, error = "completed", None
         try:
             written.append(self._append(user_message(prompt)).id or "")
+            repeats: Counter[str] = Counter()
             while True:
                 if cancel.cancelled:
                     outcome = "cancelled"
+                    break
+                if turn.inferences >= self.config.agent.max_steps_per_turn:
+                    outcome, error = "failed", (
+                        f"turn stopped after {turn.inferences:,} model steps (agent.maxStepsPerTurn is "
+                        f"{self.config.agent.max_steps_per_turn:,}); the transcript is complete, ask again to go on")
                     break
                 self._refresh_base_tokens()
                 try:
@@ -160,8 +187,15 @@ class Agent:
                     texts.append(response.text)
                 if not response.tool_calls:
                     break
-                if not await self._run_tools(response, cancel, written):
+                ran = await self._run_tools(response, cancel, written, repeats)
+                if ran == "cancelled":
                     outcome = "cancelled"
+                    break
+                if ran == "repeated":
+                    outcome, error = "failed", (
+                        f"turn stopped: the model asked for the same tool call with the same arguments more than "
+                        f"{self.config.agent.max_repeated_tool_calls:,} times (agent.maxRepeatedToolCalls); "
+                        "the repeated call was not run")
                     break
         except CompactionFailed as exc:
             outcome, error = "failed", str(exc)
@@ -198,7 +232,8 @@ class Agent:
         messages = repair_tool_pairing(self.engine.model_messages())
         return ModelRequest(model=self.config.model.model, system=self.system_prompt(), messages=tuple(messages),
                             tools=self.tools.specs(), max_output_tokens=self.config.model.max_output_tokens,
-                            temperature=self.config.model.temperature)
+                            temperature=self.config.model.temperature,
+                            estimated_input_tokens=self.engine.tracker.check().estimated)
 
     async def _infer(self, request: ModelRequest, cancel: CancelToken) -> ModelResponse | None:
         def on_event(event: StreamEvent) -> None:
@@ -232,11 +267,28 @@ class Agent:
             provider=self.provider.name, stop_reason=response.stop_reason, thinking=response.thinking or None,
             context_key=self.engine.tracker.context_key))
 
-    async def _run_tools(self, response: ModelResponse, cancel: CancelToken, written: list[str]) -> bool:
-        """Run the reply's tool calls in order; False when the turn was cancelled."""
+    async def _run_tools(self, response: ModelResponse, cancel: CancelToken, written: list[str],
+                         repeats: Counter[str]) -> str:
+        """Run the reply's tool calls in order. ``"ok"``; ``"cancelled"`` when the turn was cancelled;
+        ``"repeated"`` when a call repeats one already run ``maxRepeatedToolCalls`` times this turn
+        with no other state-changing call in between (that call and the rest of the reply are
+        answered with a recorded "not run" result)."""
+        limit = self.config.agent.max_repeated_tool_calls
+        stopped = False
         for call in response.tool_calls:
             if cancel.cancelled:
-                return False
+                return "cancelled"
+            key = f"{call.name}\0{call.raw_arguments if call.raw_arguments is not None else _canonical(call.arguments)}"
+            repeats[key] += 1
+            if stopped or repeats[key] > limit:
+                stopped = True
+                self._answer_without_running(call, written, f"not run: {call.name} with these arguments already "
+                                             f"ran {limit:,} times in this turn (agent.maxRepeatedToolCalls)")
+                continue
+            bad_arguments = arguments_error(call)
+            if bad_arguments is not None:
+                self._answer_without_running(call, written, bad_arguments)
+                continue
             self.bus.emit("tool_start", call_id=call.id, name=call.name, arguments=dict(call.arguments))
             result = await self.tools.run(call.name, call.arguments, self.tool_context)
             entry = self._append(tool_result(call.id, call.name, result.content, is_error=result.is_error,
@@ -246,10 +298,23 @@ class Agent:
                           cancelled=result.cancelled,
                           content=scrub(result.content[:2000], self._secrets))
             if result.cancelled or cancel.cancelled:
-                return False
+                return "cancelled"
             if call.name in ("activate_skill", "deactivate_skill") and result.data.get("changed"):
                 self._append(config_change({"activeSkills": list(result.data.get("activeSkills", []))}))
-        return True
+            if call.name not in READ_ONLY_TOOLS:
+                # something may have changed: repeating an earlier call is no longer a loop
+                count = repeats[key]
+                repeats.clear()
+                repeats[key] = count
+        return "repeated" if stopped else "ok"
+
+    def _answer_without_running(self, call: ToolCall, written: list[str], message: str) -> None:
+        """Record an error result for a call that is not run, so the transcript stays paired."""
+        self.bus.emit("tool_start", call_id=call.id, name=call.name, arguments=dict(call.arguments))
+        entry = self._append(tool_result(call.id, call.name, message, is_error=True))
+        written.append(entry.id or "")
+        self.bus.emit("tool_end", call_id=call.id, name=call.name, is_error=True, cancelled=False,
+                      content=message)
 
     def _close_dangling(self, written: list[str]) -> None:
         """Give every tool call of this turn that has no result a recorded cancelled result."""
@@ -269,6 +334,13 @@ class Agent:
     async def _summary_complete(self, system: str, prompt: str, max_tokens: int) -> str:
         model = self.config.model.compaction_model or self.config.model.model
         request = ModelRequest(model=model, system=system, messages=({"role": "user", "content": prompt},),
-                               max_output_tokens=max_tokens, purpose="summarize")
+                               max_output_tokens=max_tokens, purpose="summarize",
+                               response_schema=capsule_schema(max_tokens),
+                               estimated_input_tokens=self.counter.count_text(system) + self.counter.count_text(prompt))
         response = await self.summary_provider.complete(request)
         return response.text
+
+
+def _canonical(arguments: Mapping[str, Any]) -> str:
+    """One text per argument value, whatever the key order the model used."""
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,9 +34,11 @@ __all__ = [
     "Summarizer",
     "SummaryRequest",
     "build_summary_prompt",
+    "capsule_schema",
     "chunk_entries",
     "parse_capsule_answer",
     "serialize_entries",
+    "summary_output_budget",
 ]
 
 #: (system, user, max_output_tokens) -> the model's text answer
@@ -57,6 +59,50 @@ Answer with ONE JSON object and nothing else, with exactly these keys:
  "filesRead": [str], "filesModified": [str],
  "verification": [{"command": str, "status": "passed"|"failed"|"unknown", "detail": str}],
  "activeSkills": [str], "artifacts": [str]}"""
+
+
+_SCHEMA_ORDER = ("constraints", "done", "active", "pending", "decisions", "blockers", "nextSteps", "filesRead",
+                 "filesModified", "verification", "activeSkills", "artifacts")
+#: characters a worst-case answer may use per output token (JSON is dense in punctuation)
+_CHARS_PER_TOKEN = 3
+
+
+def summary_output_budget(context_window: int) -> int:
+    """Output tokens a summary may use: sized to a capsule, not to the model's reply budget (a
+    capsule needs about a thousand tokens whatever ``maxOutputTokens`` is), and at most a quarter
+    of the window so the history still fits beside it."""
+    return max(256, min(4_000, context_window // 4))
+
+
+def capsule_schema(max_output_tokens: int) -> dict[str, Any]:
+    """The capsule as a JSON schema for constrained output (OpenAI structured outputs, llama.cpp
+    grammars). Every list and string is bounded so that even a model that fills every field to the
+    limit finishes within ``max_output_tokens``: a grammar-constrained small model otherwise keeps
+    adding items until the output cap cuts its JSON in half."""
+    chars = max_output_tokens * _CHARS_PER_TOKEN
+    text_len = 160
+    # 10 string lists + 2 object lists (about two strings each) share what the goal leaves
+    per_item = text_len + 8
+    items = max(1, (chars - 600) // (14 * per_item))
+
+    def text(limit: int = text_len) -> dict[str, Any]:
+        return {"type": "string", "maxLength": limit}
+
+    def listing(item: Mapping[str, Any]) -> dict[str, Any]:
+        return {"type": "array", "items": dict(item), "maxItems": items}
+
+    decision = {"type": "object", "properties": {"what": text(), "why": text()}, "required": ["what", "why"],
+                "additionalProperties": False}
+    check = {"type": "object",
+             "properties": {"command": text(), "detail": text(),
+                            "status": {"type": "string", "enum": ["passed", "failed", "unknown"]}},
+             "required": ["command", "status", "detail"], "additionalProperties": False}
+    properties: dict[str, Any] = {"goal": text(400)}
+    for name in _SCHEMA_ORDER:  # the order the system prompt lists them in
+        item = decision if name == "decisions" else check if name == "verification" else text()
+        properties[name] = listing(item)
+    return {"type": "object", "properties": properties, "required": list(properties),
+            "additionalProperties": False}
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from soba_notebook.errors import AuthError, ContextOverflowError, ProviderError
+from soba_notebook.errors import AuthError, ProviderError
 from soba_notebook.session.entries import ToolCall, Usage
 
 from .base import (
@@ -46,8 +46,8 @@ from .base import (
     ModelResponse,
     StreamEvent,
     message_text,
-    parse_tool_arguments,
     repair_tool_pairing,
+    tool_call_from_text,
 )
 from .retry import (
     ClientCache,
@@ -56,6 +56,7 @@ from .retry import (
     check_silent_overflow,
     error_message_from_body,
     is_context_overflow,
+    overflow_error,
     redact,
     stream_with_retries,
 )
@@ -394,7 +395,7 @@ class AnthropicProvider:
         if status in (401, 403):
             return AuthError(ctx.say(f"{detail} (check the key in {ctx.key_env})"), status=status)
         if is_context_overflow(status, text):
-            return ContextOverflowError(ctx.say(f"context overflow (mid-stream): {detail}"), status=status)
+            return overflow_error(ctx.say(f"context overflow (mid-stream): {detail}"), text, status)
         retryable = status is None or status == 429 or status >= 500
         return ProviderError(ctx.say(f"error mid-stream: {detail}"), status=status, retryable=retryable)
 
@@ -410,8 +411,8 @@ class AnthropicProvider:
                 thinking.extend(block.parts)
             elif block.type == "tool_use":
                 raw = "".join(block.parts)
-                arguments = parse_tool_arguments(raw) if raw else dict(block.initial_input or {})
-                calls.append(ToolCall(block.id, block.name, arguments))
+                calls.append(tool_call_from_text(block.id, block.name, raw) if raw
+                             else ToolCall(block.id, block.name, dict(block.initial_input or {})))
         return ModelResponse(text="".join(text), tool_calls=tuple(calls), usage=state.usage(),
                              stop_reason=normalize_anthropic_stop_reason(state.stop_reason),
                              model=state.model or self.model, thinking="".join(thinking), provider=self.name)

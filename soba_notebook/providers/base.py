@@ -37,9 +37,11 @@ __all__ = [
     "Provider",
     "StreamEvent",
     "ToolSpec",
+    "arguments_error",
     "message_text",
     "parse_tool_arguments",
     "repair_tool_pairing",
+    "tool_call_from_text",
 ]
 
 #: Every kind a :class:`StreamEvent` may have. ``data`` per kind:
@@ -64,8 +66,16 @@ class ToolSpec:
 class ModelRequest:
     """One inference. ``messages`` are provider-neutral dicts (module docstring).
 
-    ``purpose`` is ``"agent"`` or ``"summarize"``; the scripted model uses it to pick a reply,
-    real providers ignore it.
+    ``purpose`` is ``"agent"`` or ``"summarize"``: the explicit kind of request (the offline model
+    picks its reply by it; real providers ignore it).
+
+    ``response_schema`` asks for constrained output: a JSON schema the answer must match. Providers
+    whose server supports it (OpenAI structured outputs, llama.cpp grammars, vLLM guided decoding)
+    send it; the others ignore it and the caller's prompt asks for JSON instead.
+
+    ``estimated_input_tokens`` is the caller's estimate of the request's size; a provider uses it
+    to recognise a context overflow that a server does not name (an empty reply to a request near
+    or above the server's context).
     """
 
     model: str
@@ -75,6 +85,8 @@ class ModelRequest:
     max_output_tokens: int = 4096
     temperature: float | None = None
     purpose: str = "agent"
+    response_schema: Mapping[str, Any] | None = None
+    estimated_input_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +101,9 @@ class StreamEvent:
 class ModelResponse:
     """The complete answer.
 
-    ``tool_calls`` carry parsed argument dicts; arguments that were not a JSON object arrive as
-    ``{"_raw_arguments": text}`` (see :func:`parse_tool_arguments`) so the tool layer can report
-    the problem to the model instead of running the tool with guessed values. ``usage`` is
+    ``tool_calls`` carry parsed argument dicts; arguments that were not a JSON object keep the
+    model's text in ``ToolCall.raw_arguments`` (see :func:`tool_call_from_text`) so the agent can
+    answer with the parse error instead of running the tool with guessed values. ``usage`` is
     normalized (``input`` excludes cached tokens). ``stop_reason`` is ``"stop"``, ``"tool_use"``,
     ``"length"`` or the provider's raw value for anything else.
     """
@@ -132,20 +144,38 @@ def message_text(value: Any) -> str:
 
 
 def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
-    """Turn streamed argument text into a dict.
-
-    Empty text means "no arguments" (``{}``). Text that is not a JSON object is kept verbatim
-    under ``"_raw_arguments"`` rather than replaced by a guess.
-    """
+    """Turn streamed argument text into a dict (``{}`` for empty text); raises ``ValueError``
+    with the JSON parse error when the text is not a JSON object."""
     if isinstance(raw, Mapping):
         return dict(raw)
     if raw is None or not raw.strip():
         return {}
+    value = json.loads(raw)
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def tool_call_from_text(call_id: str, name: str, text: str | None) -> ToolCall:
+    """A :class:`ToolCall` from the model's argument text: parsed when it is a JSON object, else
+    kept verbatim in ``raw_arguments`` (never guessed at, never wrapped)."""
     try:
-        value = json.loads(raw)
+        return ToolCall(call_id, name, parse_tool_arguments(text))
     except ValueError:
-        return {"_raw_arguments": raw}
-    return value if isinstance(value, dict) else {"_raw_arguments": raw}
+        return ToolCall(call_id, name, {}, raw_arguments=text or "")
+
+
+def arguments_error(call: ToolCall) -> str | None:
+    """The tool-result text for a call whose arguments were not a JSON object, ``None`` if they
+    were: the parse error, so the model can correct its own text."""
+    if call.raw_arguments is None:
+        return None
+    try:
+        parse_tool_arguments(call.raw_arguments)
+    except ValueError as exc:
+        return (f"the arguments of {call.name} were not a valid JSON object ({exc}); nothing was run. "
+                "Call the tool again with its arguments as one JSON object.")
+    return None
 
 
 def _calls_of(message: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -156,8 +186,11 @@ def _calls_of(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     for call in calls:
         if isinstance(call, Mapping):
             args = call.get("arguments")
-            out.append({"id": str(call.get("id") or ""), "name": str(call.get("name") or ""),
-                        "arguments": dict(args) if isinstance(args, Mapping) else {}})
+            item = {"id": str(call.get("id") or ""), "name": str(call.get("name") or ""),
+                    "arguments": dict(args) if isinstance(args, Mapping) else {}}
+            if isinstance(call.get("rawArguments"), str):
+                item["rawArguments"] = call["rawArguments"]
+            out.append(item)
     return out
 
 

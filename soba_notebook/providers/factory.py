@@ -5,7 +5,7 @@ The ``model`` block names a wire and where to reach it; secrets never appear in 
 the key. Several provider names are aliases of the OpenAI-compatible wire with their usual local
 or hosted address, so ``{"provider": "ollama", "model": "qwen2.5-coder"}`` is a complete config.
 
-Keys read here: ``provider``, ``model``, ``baseUrl``, ``apiKeyEnv``, ``contextWindow``. Other
+Keys read here: ``provider``, ``model``, ``baseUrl``, ``apiKeyEnv``, ``contextWindow``, ``stream``. Other
 keys of the block (``maxOutputTokens``…) belong to the request and are ignored.
 """
 
@@ -99,6 +99,11 @@ def make_provider(model_config: Mapping[str, Any], *,
                                  api_key_env=key_env or "ANTHROPIC_API_KEY", transport=transport,
                                  context_window=context_window)
     defaults = OPENAI_COMPATIBLE[name]
+    stream = model_config.get("stream") or "auto"
+    if stream not in ("auto", "always", "never"):
+        raise ConfigError(f"model.stream must be auto, always or never, not {stream!r}", key="model.stream",
+                          value=stream)
     return OpenAIChatProvider(model, base_url=base_url or defaults.base_url,
                               api_key_env=key_env or defaults.api_key_env, transport=transport,
-                              context_window=context_window, display_name=defaults.display_name)
+                              context_window=context_window, display_name=defaults.display_name,
+                              stream=stream)

@@ -7,16 +7,24 @@ its SSE stream (``data: {chunk}`` lines until ``data: [DONE]``): text deltas, re
 ``function.arguments`` arrive as fragments keyed by ``index``, ``finish_reason``, and the final
 usage chunk requested with ``stream_options.include_usage``.
 
-Wire decisions, documented because they are visible in requests:
+Wire decisions, documented because they are visible in requests (the differences between servers,
+and how the provider learns them, live in :mod:`~soba_notebook.providers.openai_compat`):
 
 * the system prompt is the first message (``role: system``), omitted when empty;
-* an assistant message with tool calls and no text sends ``content: null``; an assistant message
-  with neither text nor calls is left out; ``thinking`` is never sent back;
+* an assistant message with tool calls and no text sends ``content: ""`` (not ``null``: some
+  servers' chat templates fail on it); an assistant message with neither text nor calls is left
+  out; ``thinking`` is never sent back;
+* a tool list goes with ``tool_choice: "auto"`` (some servers ignore tools without it);
+* a tool call whose arguments were not valid JSON is sent back with the model's own text, as
+  the model wrote it;
 * each tool result is its own ``role: tool`` message; an error result's content is prefixed with
   ``"Error: "`` because the wire has no error flag;
-* ``max_tokens`` is sent; a server that rejects it in favour of ``max_completion_tokens`` (newer
-  OpenAI reasoning models) gets the request once more with that name, and the provider remembers;
-  a server that rejects ``stream_options`` gets it once more without;
+* replies stream; a server whose stream carries no usage is asked without streaming from then on
+  (``stream="auto"``), and a stream that ends with no data at all is asked once more without
+  streaming, so the server can say what went wrong (llama-cpp-python sends its context overflow
+  that way only);
+* ``response_schema`` becomes ``response_format`` (structured output) in the form the server
+  accepts;
 * no ``Authorization`` header when no key is configured (local servers); a missing key for
   ``api.openai.com`` or ``openrouter.ai`` is an :class:`AuthError` before any request.
 """
@@ -37,16 +45,17 @@ from urllib.parse import urlsplit
 import httpx
 
 from soba_notebook.errors import AuthError, ContextOverflowError, ProviderError
-from soba_notebook.session.entries import ToolCall, Usage
+from soba_notebook.session.entries import Usage
 
 from .base import (
     ModelRequest,
     ModelResponse,
     StreamEvent,
     message_text,
-    parse_tool_arguments,
     repair_tool_pairing,
+    tool_call_from_text,
 )
+from .openai_compat import ServerQuirks, StreamMode, adapt_request, probe_context_window, response_format_for
 from .retry import (
     ClientCache,
     ErrorContext,
@@ -54,6 +63,8 @@ from .retry import (
     check_silent_overflow,
     error_message_from_body,
     is_context_overflow,
+    is_loopback_url,
+    overflow_error,
     redact,
     stream_with_retries,
 )
@@ -105,6 +116,11 @@ def to_openai_tools(tools: Any) -> list[dict[str, Any]]:
             for t in tools]
 
 
+def _arguments_text(call: Mapping[str, Any]) -> str:
+    raw = call.get("rawArguments")
+    return raw if isinstance(raw, str) else json.dumps(call["arguments"], ensure_ascii=False)
+
+
 def to_openai_messages(system: str, messages: Any) -> list[dict[str, Any]]:
     """Neutral messages (repaired by :func:`repair_tool_pairing`) as chat-completions messages."""
     out: list[dict[str, Any]] = []
@@ -119,12 +135,11 @@ def to_openai_messages(system: str, messages: Any) -> list[dict[str, Any]]:
             calls = message.get("toolCalls") or []
             if not text and not calls:
                 continue
-            wire: dict[str, Any] = {"role": "assistant", "content": text or None}
+            wire: dict[str, Any] = {"role": "assistant", "content": text}
             if calls:
                 wire["tool_calls"] = [
                     {"id": c["id"], "type": "function",
-                     "function": {"name": c["name"],
-                                  "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
+                     "function": {"name": c["name"], "arguments": _arguments_text(c)}}
                     for c in calls]
             out.append(wire)
         elif role == "tool":
@@ -153,10 +168,25 @@ class _StreamState:
     usage: Usage | None = None
     model: str | None = None
     done: bool = False
+    chunks: int = 0  # data events received, [DONE] excluded
+
+
+class _EmptyStream(Exception):
+    """A 200 reply whose stream carried no data at all (not even ``[DONE]``)."""
+
+
+#: An empty reply to a request at least this share of the server's context is an overflow.
+EMPTY_REPLY_OVERFLOW_SHARE = 0.9
 
 
 class OpenAIChatProvider:
-    """A :class:`~soba_notebook.providers.base.Provider` for ``POST {base_url}/chat/completions``."""
+    """A :class:`~soba_notebook.providers.base.Provider` for ``POST {base_url}/chat/completions``.
+
+    ``stream`` is ``"auto"`` (stream; fall back to plain requests when the server streams no
+    usage), ``"always"`` or ``"never"``. ``context_window`` is the configured window; the server's
+    own (probed once, see :func:`~soba_notebook.providers.openai_compat.probe_context_window`)
+    is used where it is smaller, and :attr:`warnings` says so.
+    """
 
     name = "openai"
     offline = False
@@ -166,17 +196,22 @@ class OpenAIChatProvider:
                  timeout: float = 120.0, max_retries: int = 4,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  context_window: int | None = None, jitter: Callable[[], float] = random.random,
-                 display_name: str = "OpenAI-compatible") -> None:
+                 display_name: str = "OpenAI-compatible", stream: StreamMode = "auto",
+                 probe: bool | None = None) -> None:
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.api_key_env = api_key_env
         self.context_window = context_window
         self.label = f"{display_name} · {model} @ {self.base_url}"
+        self.stream_mode: StreamMode = stream
+        self.quirks = ServerQuirks()
+        #: one line per thing the user should know about this server (shown by ``%soba status``)
+        self.warnings: list[str] = []
+        # probing costs a request per endpoint; hosted APIs have no /props, local servers may
+        self._probe = probe if probe is not None else is_loopback_url(self.base_url)
         self._api_key = api_key
         self._policy = RetryPolicy(max_retries=max(0, max_retries), sleep=sleep, jitter=jitter)
         self._clients = ClientCache(base_url=self.base_url, timeout=timeout, transport=transport)
-        self._token_param = "max_tokens"
-        self._send_stream_options = True
 
     def __repr__(self) -> str:
         key = "set" if self._resolve_key() else "unset"
@@ -187,40 +222,58 @@ class OpenAIChatProvider:
     def url(self) -> str:
         return f"{self.base_url}/chat/completions"
 
+    @property
+    def effective_context_window(self) -> int | None:
+        """The smaller of the configured window and the server's own, where known."""
+        known = [w for w in (self.context_window, self.quirks.server_context) if w]
+        return min(known) if known else None
+
     def _resolve_key(self) -> str | None:
         key = self._api_key if self._api_key is not None else os.environ.get(self.api_key_env)
         return (key.strip() or None) if key else None
 
-    def build_body(self, request: ModelRequest) -> dict[str, Any]:
+    def _streaming(self) -> bool:
+        if self.stream_mode == "never":
+            return False
+        return self.stream_mode == "always" or self.quirks.streams_usage is not False
+
+    def build_body(self, request: ModelRequest, *, stream: bool | None = None) -> dict[str, Any]:
         """The JSON body for ``request`` (public so tests and debugging can inspect it)."""
+        streaming = self._streaming() if stream is None else stream
         body: dict[str, Any] = {
             "model": request.model or self.model,
             "messages": to_openai_messages(request.system, request.messages),
-            "stream": True,
-            self._token_param: request.max_output_tokens,
+            "stream": streaming,
+            self.quirks.token_param: request.max_output_tokens,
         }
-        if self._send_stream_options:
+        if streaming and self.quirks.stream_options:
             body["stream_options"] = {"include_usage": True}
         if request.tools:
             body["tools"] = to_openai_tools(request.tools)
+            if self.quirks.tool_choice:
+                body["tool_choice"] = "auto"
+        if request.response_schema is not None:
+            response_format = response_format_for(request.response_schema, self.quirks)
+            if response_format is not None:
+                body["response_format"] = response_format
         if request.temperature is not None:
             body["temperature"] = request.temperature
         return body
 
     def _adapt(self, status: int, text: str, body: Mapping[str, Any]) -> Mapping[str, Any] | None:
-        if status not in (400, 422):
-            return None
-        lowered = text.lower()
-        if ("max_completion_tokens" in lowered and "max_tokens" in body
-                and "max_completion_tokens" not in body):
-            self._token_param = "max_completion_tokens"
-            changed = {k: v for k, v in body.items() if k != "max_tokens"}
-            changed["max_completion_tokens"] = body["max_tokens"]
-            return changed
-        if "stream_options" in lowered and "stream_options" in body:
-            self._send_stream_options = False
-            return {k: v for k, v in body.items() if k != "stream_options"}
-        return None
+        return adapt_request(status, text, body, self.quirks)
+
+    async def _ensure_probed(self, headers: Mapping[str, str]) -> None:
+        if self.quirks.probed or not self._probe:
+            return
+        self.quirks.probed = True
+        found = await probe_context_window(self._clients.get(), self.base_url, self.model, headers)
+        self.quirks.server_context = found
+        if found and self.context_window and found < self.context_window:
+            self.warnings.append(
+                f"the server at {self.base_url} has a context of {found:,} tokens, smaller than "
+                f"model.contextWindow {self.context_window:,}; set model.contextWindow to {found:,} so "
+                "the hard limit holds (overflow detection uses the server's size meanwhile)")
 
     async def complete(self, request: ModelRequest, *,
                        on_event: Callable[[StreamEvent], None] | None = None) -> ModelResponse:
@@ -229,25 +282,84 @@ class OpenAIChatProvider:
         host = (urlsplit(self.base_url).hostname or "").lower()
         if key is None and host in _HOSTS_REQUIRING_KEY:
             raise AuthError(ctx.say(f"no API key for {host}; set the {self.api_key_env} environment variable"))
-        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        headers = {"content-type": "application/json"}
         if key is not None:
             headers["authorization"] = f"Bearer {key}"
-
-        state = _StreamState()
-
-        async def consume(chunks: AsyncIterator[bytes]) -> None:
-            await self._consume(chunks, state, ctx, on_event)
-
-        await stream_with_retries(self._clients.get(), self.url, headers=headers, body=self.build_body(request),
-                                  consume=consume, ctx=ctx, policy=self._policy, on_event=on_event,
-                                  adapt=self._adapt)
+        await self._ensure_probed(headers)
+        streaming = self._streaming()
+        try:
+            state = await self._request(request, headers, ctx, on_event, stream=streaming)
+        except _EmptyStream:
+            # Ask once more without streaming: the server can then answer with a status and an
+            # error body (llama-cpp-python reports a context overflow only this way).
+            state = await self._request(request, headers, ctx, on_event, stream=False)
+        if streaming and self.stream_mode == "auto" and self.quirks.streams_usage is not False:
+            # one complete stream without usage is enough: some servers send it for some replies only
+            self.quirks.streams_usage = state.usage is not None
+            if state.usage is None:
+                self.warnings.append(f"the server at {self.base_url} streams no token usage; later requests "
+                                     "are sent without streaming so each reply reports its exact prompt size")
+        self._check_empty_reply(request, state, ctx)
         response = self._finish(state)
         overflow = check_silent_overflow(response.usage.prompt_tokens if response.usage else None,
-                                         self.context_window, ctx)
+                                         self.effective_context_window, ctx)
         if overflow is not None:
             overflow.response = response  # type: ignore[attr-defined]
             raise overflow
         return response
+
+    async def _request(self, request: ModelRequest, headers: Mapping[str, str], ctx: ErrorContext,
+                       on_event: Callable[[StreamEvent], None] | None, *, stream: bool) -> _StreamState:
+        state = _StreamState()
+
+        async def consume(chunks: AsyncIterator[bytes]) -> None:
+            if stream:
+                await self._consume(chunks, state, ctx, on_event)
+            else:
+                await self._consume_whole(chunks, state, ctx, on_event)
+
+        wire_headers = {**headers, "accept": "text/event-stream" if stream else "application/json"}
+        await stream_with_retries(self._clients.get(), self.url, headers=wire_headers,
+                                  body=self.build_body(request, stream=stream), consume=consume, ctx=ctx,
+                                  policy=self._policy, on_event=on_event, adapt=self._adapt)
+        return state
+
+    def _check_empty_reply(self, request: ModelRequest, state: _StreamState, ctx: ErrorContext) -> None:
+        """An empty reply (no text, no calls) to a request near or above the server's context is
+        the overflow some servers do not name; anything else empty passes as an empty answer."""
+        if state.text or state.tools or state.finish_reason not in (None, "length"):
+            return
+        window = self.effective_context_window
+        size = request.estimated_input_tokens
+        if window and size and size >= EMPTY_REPLY_OVERFLOW_SHARE * window:
+            raise ContextOverflowError(ctx.say(
+                f"context overflow: the server sent an empty reply to a request of about {size:,} tokens, "
+                f"near or above its context of {window:,} tokens"), requested_tokens=size, context_limit=window)
+
+    async def _consume_whole(self, chunks: AsyncIterator[bytes], state: _StreamState, ctx: ErrorContext,
+                             on_event: Callable[[StreamEvent], None] | None) -> None:
+        """A non-streamed ``chat.completion`` object, applied as if it were one big chunk."""
+        data = bytearray()
+        async for piece in chunks:
+            data.extend(piece)
+        try:
+            body = json.loads(bytes(data))
+        except ValueError:
+            start = bytes(data[:200]).decode("utf-8", "replace")
+            raise ProviderError(ctx.say(f"the reply is not JSON: {redact(start, ctx.secrets)}"),
+                                retryable=True) from None
+        if not isinstance(body, Mapping):
+            raise ProviderError(ctx.say("the reply is not a JSON object"), retryable=True)
+        emit = on_event or (lambda _event: None)
+        choices = body.get("choices")
+        chunk: dict[str, Any] = {k: v for k, v in body.items() if k != "choices"}
+        if isinstance(choices, list):
+            chunk["choices"] = [
+                {"index": c.get("index", 0), "finish_reason": c.get("finish_reason"),
+                 "delta": _message_as_delta(c.get("message"))}
+                for c in choices if isinstance(c, Mapping)]
+        self._apply_chunk(chunk, state, ctx, emit)
+        state.done = True
 
     async def _consume(self, chunks: AsyncIterator[bytes], state: _StreamState, ctx: ErrorContext,
                        on_event: Callable[[StreamEvent], None] | None) -> None:
@@ -266,8 +378,11 @@ class OpenAIChatProvider:
                     raise ProviderError(ctx.say(f"malformed stream chunk: {redact(data[:200], ctx.secrets)}"),
                                         retryable=True) from None
                 if isinstance(chunk, Mapping):
+                    state.chunks += 1
                     self._apply_chunk(chunk, state, ctx, emit)
         if not state.done and state.finish_reason is None:
+            if state.chunks == 0:
+                raise _EmptyStream
             raise ProviderError(ctx.say("the stream ended before the response was complete"), retryable=True)
 
     def _apply_chunk(self, chunk: Mapping[str, Any], state: _StreamState, ctx: ErrorContext,
@@ -279,7 +394,7 @@ class OpenAIChatProvider:
             code = error.get("code") if isinstance(error, Mapping) else None
             status = code if isinstance(code, int) else None
             if is_context_overflow(status, text):
-                raise ContextOverflowError(ctx.say(f"context overflow (mid-stream): {detail}"), status=status)
+                raise overflow_error(ctx.say(f"context overflow (mid-stream): {detail}"), text, status)
             raise ProviderError(ctx.say(f"error mid-stream: {detail}"), status=status, retryable=True)
         if isinstance(chunk.get("model"), str) and chunk["model"]:
             state.model = chunk["model"]
@@ -340,7 +455,7 @@ class OpenAIChatProvider:
         for index in sorted(state.tools):
             slot = state.tools[index]
             call_id = slot.id or f"call_{index}_{secrets.token_hex(4)}"
-            calls.append(ToolCall(call_id, slot.name, parse_tool_arguments("".join(slot.arguments))))
+            calls.append(tool_call_from_text(call_id, slot.name, "".join(slot.arguments)))
         reason = normalize_openai_stop_reason(state.finish_reason)
         if calls and reason == "stop":  # some local servers say "stop" after emitting tool calls
             reason = "tool_use"
@@ -367,3 +482,15 @@ def _slot_for(call: Mapping[str, Any], position: int, state: _StreamState) -> _T
     if slot is None:
         slot = state.tools[index] = _ToolSlot(index)
     return slot
+
+
+def _message_as_delta(message: Any) -> dict[str, Any]:
+    """A non-streamed ``choices[i].message`` in the shape of one stream delta (tool calls get the
+    ``index`` a delta would carry)."""
+    if not isinstance(message, Mapping):
+        return {}
+    delta = {k: v for k, v in message.items() if k != "tool_calls"}
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        delta["tool_calls"] = [{**c, "index": i} for i, c in enumerate(calls) if isinstance(c, Mapping)]
+    return delta

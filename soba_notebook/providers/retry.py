@@ -30,6 +30,7 @@ import email.utils
 import ipaddress
 import json
 import random
+import re
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -52,6 +53,8 @@ __all__ = [
     "error_message_from_body",
     "is_context_overflow",
     "is_loopback_url",
+    "overflow_error",
+    "overflow_figures",
     "parse_retry_after",
     "redact",
     "stream_with_retries",
@@ -106,6 +109,45 @@ def is_context_overflow(status: int | None, body_text: str) -> bool:
     if not text or any(marker in text for marker in _RATE_LIMIT_MARKERS):
         return False
     return any(marker in text for marker in OVERFLOW_MARKERS)
+
+
+_LIMIT_PATTERNS = (
+    re.compile(r"maximum context length is (\d[\d,]*)"),
+    re.compile(r"context (?:size|window|length) (?:of (?:only )?)?\(?(\d[\d,]*) tokens"),
+    re.compile(r"> (\d[\d,]*) maximum"),
+    re.compile(r'"n_ctx"\s*:\s*(\d+)'),
+)
+_REQUESTED_PATTERNS = (
+    re.compile(r"(\d[\d,]*) in the messages"),
+    re.compile(r"messages resulted in (\d[\d,]*)"),
+    re.compile(r"too long: (\d[\d,]*) tokens"),
+    re.compile(r'"n_prompt_tokens"\s*:\s*(\d+)'),
+    re.compile(r"you requested (?:about )?(\d[\d,]*)"),
+    re.compile(r"requested tokens \((\d+)\)"),
+)
+
+
+def _first_number(patterns: Sequence[re.Pattern[str]], text: str) -> int | None:
+    for pattern in patterns:
+        match = pattern.search(text)
+        if match:
+            return int(match.group(1).replace(",", ""))
+    return None
+
+
+def overflow_figures(body_text: str) -> tuple[int | None, int | None]:
+    """``(requested prompt tokens, context limit)`` as an overflow message states them; each
+    ``None`` when the message does not say. The prompt count excludes the completion where the
+    server separates them (vLLM and llama-cpp-python: "2055 in the messages, 256 in the
+    completion")."""
+    text = (body_text or "").lower()
+    return _first_number(_REQUESTED_PATTERNS, text), _first_number(_LIMIT_PATTERNS, text)
+
+
+def overflow_error(message: str, body_text: str, status: int | None = None) -> ContextOverflowError:
+    """A :class:`ContextOverflowError` carrying the figures its body states."""
+    requested, limit = overflow_figures(body_text)
+    return ContextOverflowError(message, status=status, requested_tokens=requested, context_limit=limit)
 
 
 def redact(text: str, secrets: Sequence[str | None]) -> str:
@@ -171,7 +213,7 @@ def classify_http_error(status: int, body_text: str, ctx: ErrorContext,
             hint = f"no API key was sent; set {ctx.key_env}"
         return AuthError(ctx.say(f"HTTP {status} {detail} ({hint})"), status=status)
     if is_context_overflow(status, body_text):
-        return ContextOverflowError(ctx.say(f"context overflow (HTTP {status}): {detail}"), status=status)
+        return overflow_error(ctx.say(f"context overflow (HTTP {status}): {detail}"), body_text, status)
     should_retry = (headers or {}).get("x-should-retry", "").lower()
     retryable = status in (408, 409, 429) or status >= 500
     if should_retry in ("true", "false"):
@@ -303,9 +345,10 @@ async def stream_with_retries(
     Retried (at most ``policy.max_retries`` times, each announced by a ``retry`` event before the
     sleep): retryable error statuses, connection failures, and timeouts or disconnects before the
     first body byte. Once bytes have streamed nothing is retried, since the caller has already
-    seen deltas. ``adapt(status, body_text, body)`` may return a corrected request body for a
-    non-retryable error (a server that rejects one parameter); it is tried at most twice and does
-    not count as a retry. The response is closed on every path, cancellation included.
+    seen deltas. ``adapt(status, body_text, body)`` may return a corrected request body for an
+    error that names one parameter the server rejects (some servers answer a validation error with
+    HTTP 500); it is tried at most three times and does not count as a retry. The response is
+    closed on every path, cancellation included.
     """
     attempt = 0
     adaptations = 0
@@ -328,7 +371,7 @@ async def stream_with_retries(
                     except httpx.TransportError:
                         text = ""
                     error = classify_http_error(response.status_code, text, ctx, response.headers)
-                    if adapt is not None and adaptations < 2 and not error.retryable:
+                    if adapt is not None and adaptations < 3:
                         changed = adapt(response.status_code, text, current)
                         if changed is not None:
                             adaptations += 1
@@ -394,8 +437,9 @@ def check_silent_overflow(prompt_tokens: int | None, context_window: int | None,
     if context_window is None or prompt_tokens is None or prompt_tokens <= context_window:
         return None
     return ContextOverflowError(ctx.say(
-        f"silent context overflow: the provider reports {prompt_tokens} prompt tokens, more than "
-        f"the configured context window of {context_window}"))
+        f"silent context overflow: the provider reports {prompt_tokens:,} prompt tokens, more than "
+        f"the configured context window of {context_window:,}"), requested_tokens=prompt_tokens,
+        context_limit=context_window)
 
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})

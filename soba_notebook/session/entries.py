@@ -55,19 +55,30 @@ def now_iso(moment: datetime | None = None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """One tool invocation requested by the model."""
+    """One tool invocation requested by the model.
+
+    ``raw_arguments`` holds the model's own argument text when it was not a JSON object
+    (``arguments`` is then empty): the call is answered with the parse error, and the model is
+    shown its text as it wrote it, not a wrapper it never saw.
+    """
 
     id: str
     name: str
     arguments: Mapping[str, Any]
+    raw_arguments: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
+        out: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
+        if self.raw_arguments is not None:
+            out["rawArguments"] = self.raw_arguments
+        return out
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> ToolCall:
         args = raw.get("arguments")
-        return cls(str(raw.get("id", "")), str(raw.get("name", "")), args if isinstance(args, dict) else {})
+        text = raw.get("rawArguments")
+        return cls(str(raw.get("id", "")), str(raw.get("name", "")), args if isinstance(args, dict) else {},
+                   text if isinstance(text, str) else None)
 
 
 @dataclass(frozen=True, slots=True)

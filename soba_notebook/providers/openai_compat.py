@@ -1,0 +1,180 @@
+"""What OpenAI-compatible servers accept, and how the provider learns it.
+
+"OpenAI-compatible" covers servers that disagree on details visible in every request. This module
+owns those differences so the wire module stays one straight translation:
+
+=====================  =========================================================================
+request detail         what the servers do (``docs/PROVIDERS.md`` has the full matrix)
+=====================  =========================================================================
+``tool_choice``        llama-cpp-python's function-calling chat formats ignore ``tools`` unless
+                       ``tool_choice`` is set, so ``"auto"`` is sent with every tool list. vLLM
+                       refuses ``"auto"`` (400) unless started with ``--enable-auto-tool-choice``:
+                       the request is sent once more without it, and the provider remembers.
+assistant ``content``  an assistant message that only calls tools sends ``""``. ``null`` is what
+                       OpenAI documents, but llama-cpp-python's chat templates fail on it with
+                       HTTP 500, which is retried and then poisons every later request of the
+                       session (the message stays in history); every server tested accepts ``""``.
+usage in streams       requested with ``stream_options.include_usage``. A server that streams no
+                       usage anyway (llama-cpp-python) is asked without streaming from then on, so
+                       every reply carries the exact prompt count (``stream_mode="auto"``).
+``max_tokens``         sent; a server that wants ``max_completion_tokens`` (OpenAI reasoning
+                       models) gets the request again with that name, remembered.
+``response_format``    structured output for capsule summaries: OpenAI's ``json_schema`` form
+                       first; a server that rejects it (llama-cpp-python: only ``json_object``)
+                       gets ``{"type": "json_object", "schema": ...}``; one that rejects both gets
+                       none (the prompt still asks for JSON).
+=====================  =========================================================================
+
+:class:`ServerQuirks` is the provider's mutable record of what it learned; :func:`adapt_request`
+is the pure rule that turns one refused request into the corrected one (or ``None``).
+:func:`probe_context_window` asks a server how large its context really is (llama.cpp's
+``/props``, a ``/v1/models`` entry's ``max_model_len`` / ``n_ctx`` / ``context_length``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+__all__ = [
+    "ServerQuirks",
+    "StreamMode",
+    "adapt_request",
+    "context_window_from_models",
+    "context_window_from_props",
+    "probe_context_window",
+    "response_format_for",
+    "server_root",
+]
+
+StreamMode = Literal["auto", "always", "never"]
+
+
+@dataclass(slots=True)
+class ServerQuirks:
+    """What one server accepts, learned from its answers (starts from the OpenAI defaults)."""
+
+    token_param: str = "max_tokens"
+    stream_options: bool = True
+    tool_choice: bool = True
+    #: "json_schema" (OpenAI form) -> "json_object" (llama-cpp-python form) -> "none"
+    response_format: str = "json_schema"
+    #: None until a complete streamed reply showed whether the server streams usage
+    streams_usage: bool | None = None
+    #: the server's own context size, when a probe found it
+    server_context: int | None = None
+    probed: bool = False
+
+
+def _mentions(text: str, *words: str) -> bool:
+    lowered = text.lower()
+    return any(word in lowered for word in words)
+
+
+def adapt_request(status: int, text: str, body: Mapping[str, Any],
+                  quirks: ServerQuirks) -> dict[str, Any] | None:
+    """The body to send instead of ``body``, which the server refused with ``status`` and error
+    ``text``; ``None`` when no known adaptation applies. Updates ``quirks`` so later requests are
+    built right the first time."""
+    if status not in (400, 422, 500):  # llama-cpp-python answers validation errors with 500
+        return None
+    if _mentions(text, "max_completion_tokens") and "max_tokens" in body \
+            and "max_completion_tokens" not in body:
+        quirks.token_param = "max_completion_tokens"
+        changed = {k: v for k, v in body.items() if k != "max_tokens"}
+        changed["max_completion_tokens"] = body["max_tokens"]
+        return changed
+    if _mentions(text, "stream_options") and "stream_options" in body:
+        quirks.stream_options = False
+        return {k: v for k, v in body.items() if k != "stream_options"}
+    if _mentions(text, "tool_choice", "auto tool choice", "enable-auto-tool-choice") and "tool_choice" in body:
+        quirks.tool_choice = False
+        return {k: v for k, v in body.items() if k != "tool_choice"}
+    response_format = body.get("response_format")
+    if isinstance(response_format, Mapping) and _mentions(text, "response_format", "json_schema", "json_object"):
+        if response_format.get("type") == "json_schema":
+            quirks.response_format = "json_object"
+            schema = (response_format.get("json_schema") or {}).get("schema")
+            return {**body, "response_format": {"type": "json_object", "schema": schema}}
+        quirks.response_format = "none"
+        return {k: v for k, v in body.items() if k != "response_format"}
+    return None
+
+
+def response_format_for(schema: Mapping[str, Any], quirks: ServerQuirks) -> dict[str, Any] | None:
+    """The ``response_format`` value asking for ``schema`` in the form this server accepts."""
+    if quirks.response_format == "json_schema":
+        return {"type": "json_schema",
+                "json_schema": {"name": "context_capsule", "schema": dict(schema), "strict": False}}
+    if quirks.response_format == "json_object":
+        return {"type": "json_object", "schema": dict(schema)}
+    return None
+
+
+def server_root(base_url: str) -> str:
+    """``http://host:8080`` for ``http://host:8080/v1`` (llama.cpp serves ``/props`` at the root)."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if value > 0 else None
+
+
+def context_window_from_props(props: Any) -> int | None:
+    """llama.cpp ``llama-server``'s ``GET /props``: ``default_generation_settings.n_ctx`` (the
+    context each slot has), else a top-level ``n_ctx``."""
+    if not isinstance(props, Mapping):
+        return None
+    settings = props.get("default_generation_settings")
+    if isinstance(settings, Mapping):
+        n_ctx = _positive_int(settings.get("n_ctx"))
+        if n_ctx:
+            return n_ctx
+    return _positive_int(props.get("n_ctx"))
+
+
+def context_window_from_models(models: Any, model: str) -> int | None:
+    """A ``GET /v1/models`` listing's context size for ``model`` (or its only entry): vLLM's
+    ``max_model_len``, llama.cpp's ``meta.n_ctx`` / ``meta.n_ctx_train``, LM Studio and others'
+    ``context_length`` / ``loaded_context_length``."""
+    if not isinstance(models, Mapping) or not isinstance(models.get("data"), list):
+        return None
+    entries = [m for m in models["data"] if isinstance(m, Mapping)]
+    chosen = [m for m in entries if m.get("id") == model] or (entries if len(entries) == 1 else [])
+    for entry in chosen:
+        meta = entry.get("meta") if isinstance(entry.get("meta"), Mapping) else {}
+        for value in (entry.get("max_model_len"), entry.get("loaded_context_length"), meta.get("n_ctx"),
+                      entry.get("context_length"), entry.get("context_window"), meta.get("n_ctx_train")):
+            found = _positive_int(value)
+            if found:
+                return found
+    return None
+
+
+async def _get_json(client: httpx.AsyncClient, url: str, headers: Mapping[str, str]) -> Any:
+    try:
+        response = await client.get(url, headers=dict(headers), timeout=5.0)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+async def probe_context_window(client: httpx.AsyncClient, base_url: str, model: str,
+                               headers: Mapping[str, str]) -> int | None:
+    """The server's context size if it tells (``/props``, then ``/models``); ``None`` otherwise.
+    Never raises: a server without these endpoints is simply not probed."""
+    found = context_window_from_props(await _get_json(client, f"{server_root(base_url)}/props", headers))
+    if found:
+        return found
+    return context_window_from_models(await _get_json(client, f"{base_url.rstrip('/')}/models", headers), model)
