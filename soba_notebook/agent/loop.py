@@ -83,6 +83,7 @@ class Agent:
             append_checkpoint=lambda kind, note: self._append(checkpoint(kind, note)), skills=self.skills,
             hidden_env=frozenset(n for n in self._secrets.values()))
         self._refresh_base_tokens()
+        self._request_context: tuple[int, str] = (0, "root")
 
     # -- set-up ------------------------------------------------------------------------------
     def _restore_skills(self) -> None:
@@ -195,6 +196,9 @@ class Agent:
         return self.store.append(entry)
 
     def _request(self) -> ModelRequest:
+        # What this request measures, fixed now: its reply's provider usage describes this
+        # context, whatever is appended while it is in flight (another kernel on the session).
+        self._request_context = (self.engine.tracker.estimate_raw(), self.engine.tracker.context_key)
         messages = repair_tool_pairing(self.engine.model_messages())
         return ModelRequest(model=self.config.model.model, system=self.system_prompt(), messages=tuple(messages),
                             tools=self.tools.specs(), max_output_tokens=self.config.model.max_output_tokens,
@@ -224,13 +228,14 @@ class Agent:
         return task.result()
 
     def _record_response(self, request: ModelRequest, response: ModelResponse) -> Entry:
-        if response.usage is not None and response.usage.prompt_tokens > 0:
-            estimated = self.engine.tracker.estimate_raw()
+        estimated, context_key = self._request_context
+        if response.usage is not None and response.usage.prompt_tokens > 0 \
+                and context_key == self.engine.tracker.context_key:
             self.engine.tracker.observe_usage(estimated, response.usage.prompt_tokens)
         return self._append(assistant_message(
             response.text, response.tool_calls, usage=response.usage, model=response.model or request.model,
             provider=self.provider.name, stop_reason=response.stop_reason, thinking=response.thinking or None,
-            context_key=self.engine.tracker.context_key))
+            context_key=context_key))
 
     async def _run_tools(self, response: ModelResponse, cancel: CancelToken, written: list[str]) -> bool:
         """Run the reply's tool calls in order; False when the turn was cancelled."""

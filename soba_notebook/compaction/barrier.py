@@ -32,7 +32,7 @@ from typing import Any
 from ..budget import BudgetCheck, BudgetTracker
 from ..cancel import CancelToken
 from ..config import SobaConfig
-from ..errors import CompactionFailed, StaleLeafError
+from ..errors import CompactionFailed, StaleLeafError, TurnCancelled
 from ..events import EventBus
 from ..flight import FlightRecorder
 from ..session.entries import Entry
@@ -192,8 +192,6 @@ class CompactionEngine:
         after = self.measure()
         if after.over_hard:
             if outcome.outcome == "cancelled":
-                from ..errors import TurnCancelled
-
                 raise TurnCancelled("turn cancelled during a mandatory compaction; nothing was sent")
             raise CompactionFailed(
                 f"the next request needs {after.effective} tokens, over the hard limit {after.hard_limit}, and "
@@ -236,7 +234,8 @@ class CompactionEngine:
         """A capsule of the whole current context, for an intentional handoff (``%capsule create``).
 
         Same summarizer, timeout, fallback and fact merging as a compaction, but nothing is cut
-        and nothing is appended: the session's model input does not change.
+        and nothing is appended: the session's model input does not change. Raises
+        :class:`~soba_notebook.errors.TurnCancelled` when ``cancel`` is set while it runs.
         """
         entries, capsule_entry = context_slice(self.store.path())
         check = self.measure()
@@ -248,8 +247,13 @@ class CompactionEngine:
             previous_capsule=capsule_of(capsule_entry) if capsule_entry is not None else None,
             previous_checkpoint_id=capsule_entry.data.get("checkpointId") if capsule_entry else None,
             instructions=instructions)
+        cancel = cancel or CancelToken()
         silent = _Phase(EventBus(), plan.operation_id)
-        return await self._generate(plan, cancel or CancelToken(), silent)
+        made = await self._generate(plan, cancel, silent)
+        if cancel.cancelled:
+            raise TurnCancelled(f"{cancel.reason or 'cancelled'}; the summary request was aborted and nothing "
+                                f"was written")
+        return made
 
     def _max_tail(self, check: BudgetCheck) -> int:
         # Leave room for the capsule itself: a quarter of the hard limit, at most 8k tokens.
