@@ -177,7 +177,7 @@ class Agent:
             outcome, error = "failed", str(exc)
         self._close_dangling(written)
         if outcome == "completed" and self.config.compaction.compact_on_turn_complete:
-            self.engine.record_intent(Trigger.TURN_COMPLETE)
+            self.engine.record_turn_complete()
         if error:
             self.bus.emit("error", source="agent", message=error)
         self.bus.emit("turn_end", session_id=self.store.id, outcome=outcome, error=error)

@@ -72,6 +72,8 @@ class CompactionOutcome:
     quality: str | None
     source: str
     entry: Entry | None = None
+    #: skipped before any summary was generated (pre-generation ROI, or no safe history)
+    skipped_before_generation: bool = False
 
     @property
     def reclaimed_tokens(self) -> int:
@@ -160,6 +162,24 @@ class CompactionEngine:
     def record_intent(self, trigger: Trigger | str, note: str = "") -> bool:
         return self.intents.record(trigger, self.config.compaction, note)
 
+    def soft_ready(self, check: BudgetCheck | None = None) -> bool:
+        """Whether a soft compaction now could get past the pre-generation checks: the ROI gate
+        and a safe cut before the retained window."""
+        check = check or self.measure()
+        if not pre_generation_roi(check.effective, self.config.compaction).passed:
+            return False
+        return not isinstance(self.plan(Trigger.TURN_COMPLETE, check), str)
+
+    def record_turn_complete(self) -> bool:
+        """After a completed turn: record a ``turn_complete`` intent only when it could pass the
+        pre-generation ROI (seed: a completed turn *may* record one), so an intent that would be
+        skipped anyway is never recorded. (The safe-cut check waits for the preflight: the next
+        user message, appended first, is what makes older history cuttable.) Nothing is
+        compacted here."""
+        if not pre_generation_roi(self.measure().effective, self.config.compaction).passed:
+            return False
+        return self.record_intent(Trigger.TURN_COMPLETE)
+
     def model_messages(self) -> list[dict[str, Any]]:
         """The message part of the next request: capsule (if any) then the retained entries."""
         from ..session.context import build_context
@@ -183,12 +203,19 @@ class CompactionEngine:
         if trigger is None:
             return check
         if trigger in SOFT:
+            if turn.soft_skipped and not self.soft_ready(check):
+                return check  # already skipped before generation this turn, and nothing changed that
             # One soft attempt answers every pending soft intent: they all ask for a compaction at
             # this boundary, so each is consumed once here whatever the outcome (none goes stale
             # and fires turns later).
-            turn.soft_attempted = True
             self.intents.clear()
         outcome = await self.run(trigger, cancel=cancel, check=check)
+        if trigger in SOFT:
+            # a skip before generation spent nothing: it does not use up the turn's soft attempt
+            if outcome.skipped_before_generation:
+                turn.soft_skipped = True
+            else:
+                turn.soft_attempted = True
         after = self.measure()
         if after.over_hard:
             if outcome.outcome == "cancelled":
@@ -271,7 +298,7 @@ class CompactionEngine:
             op = "op_" + secrets.token_hex(6)
             self.bus.emit("compaction_start", operation_id=op, trigger=str(trigger), tokens_before=check.effective,
                           hard_limit=check.hard_limit, soft_limit=check.soft_limit, source=check.source)
-            return self._finish(op, trigger, "skipped", planned, check, None, started)
+            return self._finish(op, trigger, "skipped", planned, check, None, started, before_generation=True)
         plan = planned
         self.bus.emit("compaction_start", **plan.to_event())
         progress = _Phase(self.bus, plan.operation_id)
@@ -280,7 +307,8 @@ class CompactionEngine:
             if trigger in SOFT:
                 roi = pre_generation_roi(plan.tokens_before, self.config.compaction)
                 if not roi.passed:
-                    return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started)
+                    return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started,
+                                        before_generation=True)
             capsule, quality, note = await self._generate(plan, cancel, progress)
             if cancel.cancelled:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
@@ -390,13 +418,15 @@ class CompactionEngine:
     # -- reporting ---------------------------------------------------------------------------
     def _finish(self, operation_id: str, trigger: Trigger | str, outcome: str, reason: str | None,
                 check: BudgetCheck, entry: Entry | None, started: float, *, tokens_after: int | None = None,
-                quality: str | None = None, checkpoint_id: str | None = None) -> CompactionOutcome:
+                quality: str | None = None, checkpoint_id: str | None = None,
+                before_generation: bool = False) -> CompactionOutcome:
         result = CompactionOutcome(
             operation_id=operation_id, trigger=str(trigger), outcome=outcome, reason=reason,
             tokens_before=check.effective,
             tokens_after=tokens_after if tokens_after is not None and outcome == "completed" else check.effective,
             checkpoint_id=checkpoint_id, duration_ms=round((self.clock() - started) * 1000),
-            quality=quality if outcome in ("completed", "skipped") else None, source=check.source, entry=entry)
+            quality=quality if outcome in ("completed", "skipped") else None, source=check.source, entry=entry,
+            skipped_before_generation=before_generation)
         if outcome == "completed":
             self.bus.emit("compaction_progress", operation_id=operation_id, phase="done", percent=100)
         self.bus.emit("compaction_end", **result.to_event())

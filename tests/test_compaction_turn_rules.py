@@ -1,0 +1,96 @@
+"""Rules of one agent turn around compaction, driven through the real Agent and engine: the one
+soft attempt per turn is never spent on nothing (seed sections 4 and 6), overflow recovery,
+live progress, secret scrubbing of capsules, and what holds only by construction."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from agent_support import is_summary_request, make_agent
+from compaction_support import FakeSummarizer, fill, make_engine, small_config
+from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
+
+from soba_notebook.compaction import TurnState
+
+SMALL_WINDOW = {"contextWindow": 20000, "maxOutputTokens": 2000}
+SMALL_COMPACTION = {"safetyReserveTokens": 1000, "keepRecentTokens": 4000, "minTokensForAutoCompact": 8000,
+                    "minReclaimableTokens": 2000, "timeoutMs": 5000}
+SUMMARY = '{"goal": "read big.txt", "done": ["read it"], "filesRead": ["big.txt"]}'
+
+
+def _reader(limit: int) -> Any:
+    """Agent replies that read big.txt ``limit`` times, then stop; summaries answered at once."""
+    count = {"n": 0}
+
+    def handler(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if is_summary_request(body):
+            return {"text": SUMMARY}
+        count["n"] += 1
+        if count["n"] <= limit:
+            return {"tool_calls": [{"id": f"r{count['n']}", "name": "read_file", "arguments": {"path": "big.txt"}}],
+                    "usage": False}
+        return {"text": "done", "usage": False}
+
+    return handler
+
+
+def test_turn_complete_intent_is_recorded_only_when_it_could_pass_the_pre_generation_roi(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url, model=SMALL_WINDOW,
+                             compaction=SMALL_COMPACTION)
+    fake_server.openai.enqueue(text="hi", usage=False)
+    assert asyncio.run(agent.run_turn("hello")).outcome == "completed"
+    assert agent.engine.intents.pending() == (), "a tiny session could never pass the ROI: no intent"
+    (agent.workspace / "big.txt").write_text("\n".join("lorem ipsum dolor sit amet " * 8 for _ in range(60)))
+    fake_server.handler = _reader(3)
+    assert asyncio.run(agent.run_turn("read big.txt a few times")).outcome == "completed"
+    check = agent.engine.measure()
+    assert check.effective - 4000 >= 2000 and check.effective < check.soft_limit
+    assert [i.trigger.value for i in agent.engine.intents.pending()] == ["turn_complete"]
+
+
+def test_soft_attempt_skipped_before_generation_does_not_block_an_eligible_auto_threshold_in_the_turn(
+        tmp_path: Path) -> None:
+    summ = FakeSummarizer()
+    # keepRecentTokens 8000: at ~9000 tokens the milestone fails the pre-generation ROI
+    store, engine, rec = make_engine(tmp_path, small_config(tmp_path, keepRecentTokens=8000), summ)
+    fill(store, 9000)
+    assert engine.record_intent("milestone", "parser fixed")
+    turn = TurnState()
+    asyncio.run(engine.preflight(turn))
+    assert summ.calls == [] and rec.of("compaction_end")[-1]["outcome"] == "skipped"
+    fill(store, 14000)  # same turn: now over the soft limit, and the ROI passes
+    asyncio.run(engine.preflight(turn))
+    assert [e["trigger"] for e in rec.of("compaction_end") if e["outcome"] == "completed"] == ["auto_threshold"]
+    assert len(summ.calls) == 1
+    asyncio.run(engine.preflight(turn))
+    assert len(summ.calls) == 1, "the attempt that reached generation is the turn's one soft attempt"
+
+
+def test_skipped_soft_attempt_is_not_repeated_each_inference_while_nothing_changed(tmp_path: Path) -> None:
+    store, engine, rec = make_engine(tmp_path, small_config(tmp_path, keepRecentTokens=12000,
+                                                            minReclaimableTokens=5000), FakeSummarizer())
+    fill(store, 14000)  # over soft, but the pre-generation ROI fails
+    turn = TurnState()
+    for _ in range(3):
+        asyncio.run(engine.preflight(turn))
+    assert [e["outcome"] for e in rec.of("compaction_end")] == ["skipped"]
+
+
+def test_auto_threshold_runs_in_a_long_turn_after_a_short_completed_turn(tmp_path: Path,
+                                                                        fake_server: FakeServer) -> None:
+    """The probe of issue 12: after the first turn, auto_threshold never ran until the hard limit."""
+    agent, _, events = make_agent(tmp_path, "openai", fake_server.openai_base_url, model=SMALL_WINDOW,
+                                  compaction=SMALL_COMPACTION)
+    fake_server.openai.enqueue(text="hi", usage=False)
+    asyncio.run(agent.run_turn("hello"))
+    (agent.workspace / "big.txt").write_text("\n".join("lorem ipsum dolor sit amet " * 8 for _ in range(60)))
+    fake_server.handler = _reader(40)
+    result = asyncio.run(agent.run_turn("read big.txt many times"))
+    assert result.outcome == "completed"
+    completed = [e["trigger"] for e in events if e.type == "compaction_end" and e["outcome"] == "completed"]
+    assert completed and completed[0] == "auto_threshold", completed
+    starts = [e for e in events if e.type == "compaction_start"]
+    assert starts[0]["tokens_before"] <= agent.config.hard_limit
