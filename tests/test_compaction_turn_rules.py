@@ -5,14 +5,17 @@ live progress, secret scrubbing of capsules, and what holds only by construction
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
 from agent_support import is_summary_request, make_agent
 from compaction_support import FakeSummarizer, fill, make_engine, small_config
-from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
+from fakeserver import OVERFLOW_BODIES, FakeServer, fake_server_fixture  # noqa: F401
 
 from soba_notebook.compaction import TurnState
+from soba_notebook.compaction.overflow import overflow_figures, retry_budget, retry_refusal
+from soba_notebook.errors import ContextOverflowError
 
 SMALL_WINDOW = {"contextWindow": 20000, "maxOutputTokens": 2000}
 SMALL_COMPACTION = {"safetyReserveTokens": 1000, "keepRecentTokens": 4000, "minTokensForAutoCompact": 8000,
@@ -94,3 +97,55 @@ def test_auto_threshold_runs_in_a_long_turn_after_a_short_completed_turn(tmp_pat
     assert completed and completed[0] == "auto_threshold", completed
     starts = [e for e in events if e.type == "compaction_start"]
     assert starts[0]["tokens_before"] <= agent.config.hard_limit
+
+
+def _history_then_overflow(fake_server: FakeServer, summary: str) -> None:
+    q = fake_server.openai
+    for i in range(3):
+        q.enqueue(tool_calls=[{"id": f"w{i}", "name": "write_file",
+                               "arguments": {"path": f"f{i}.txt", "content": "y " * 300}}], usage=False)
+    q.enqueue(text="ok", usage=False)
+    fake_server.handler = lambda path, body: {"text": summary} if is_summary_request(body) else {"text": "fine"}
+
+
+def test_overflow_retry_the_recovery_did_not_make_smaller_is_not_sent(tmp_path: Path,
+                                                                     fake_server: FakeServer) -> None:
+    agent, provider, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url,
+                                    compaction={"keepRecentTokens": 200, "timeoutMs": 5000})
+    bloated = json.dumps({"goal": "g", "done": [f"step {i}: " + "detail " * 30 for i in range(40)]})
+    _history_then_overflow(fake_server, bloated)
+    asyncio.run(agent.run_turn("write files"))
+    fake_server.openai.enqueue_overflow()
+    before = len([r for r in provider.sent if r.purpose == "agent"])
+    result = asyncio.run(agent.run_turn("and now?"))
+    agent_requests = [r for r in provider.sent if r.purpose == "agent"]
+    assert [c.data["trigger"] for c in agent.store.entries() if c.type == "capsule"] == ["context_overflow"]
+    rejected = provider.request_tokens(agent_requests[-1], agent.counter)
+    assert result.outcome == "failed" and "was not resent" in (result.error or ""), result
+    assert len(agent_requests) - before == 1, "only the rejected request was sent"
+    retry = agent._request()
+    assert provider.request_tokens(retry, agent.counter) >= rejected, "the retry would not have been smaller"
+
+
+def test_overflow_retry_budget_is_under_the_rejected_size_and_the_provider_stated_limit() -> None:
+    assert retry_budget(1161) == 1160
+    # the provider said 131,072 against a 128,000 limit: the retry must shed that share too
+    assert retry_budget(1000, 131072, 128000) == 976
+    assert retry_budget(5000, None, 4096) == 4096
+    assert retry_refusal(1239, retry_budget(1161), 1161) is not None
+    assert retry_refusal(900, retry_budget(1161), 1161) is None
+    for wire in ("openai", "anthropic", "vllm", "ollama", "openrouter"):
+        requested, limit = overflow_figures(ContextOverflowError(json.loads(OVERFLOW_BODIES[wire][1]).get(
+            "error", {}).get("message") or json.loads(OVERFLOW_BODIES[wire][1])["message"]))
+        assert requested is not None and limit is not None and requested > limit, wire
+
+
+def test_overflow_recovery_runs_with_auto_false(tmp_path: Path, fake_server: FakeServer) -> None:
+    agent, _, events = make_agent(tmp_path, "openai", fake_server.openai_base_url,
+                                         compaction={"auto": False, "keepRecentTokens": 200, "timeoutMs": 5000})
+    _history_then_overflow(fake_server, '{"goal": "g"}')
+    asyncio.run(agent.run_turn("write files"))
+    fake_server.openai.enqueue_overflow()
+    result = asyncio.run(agent.run_turn("and now?"))
+    assert result.outcome == "completed" and result.text == "fine"
+    assert [e["trigger"] for e in events if e.type == "compaction_end"] == ["context_overflow"]

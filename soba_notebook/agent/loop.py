@@ -3,7 +3,8 @@
 The preflight barrier (:class:`~soba_notebook.compaction.CompactionEngine`) runs before **every**
 inference, including between tool calls inside one turn, so no request known to be over the hard
 limit is ever sent. Provider context overflow gets one recovery compaction and at most one retry
-per turn; the same oversized request is never resent.
+per turn; the same oversized request is never resent, nor one the recovery did not make smaller
+than the rejected one (:mod:`~soba_notebook.compaction.overflow`).
 
 Cancellation (the stop button) can land anywhere: while the model streams (the request is
 aborted and any partial text is kept as a cancelled reply), while a tool runs (the tool is
@@ -23,6 +24,7 @@ from typing import Any
 
 from ..cancel import CancelToken
 from ..compaction import CompactionEngine, CompactionOutcome, ModelSummarizer, Trigger, TurnState
+from ..compaction.overflow import overflow_figures, request_tokens, retry_budget, retry_refusal
 from ..config import SobaConfig
 from ..errors import CompactionFailed, ContextOverflowError, ProviderError, SobaError, TurnCancelled
 from ..events import EventBus
@@ -120,6 +122,7 @@ class Agent:
         turn = TurnState()
         texts: list[str] = []
         outcome, error = "completed", None
+        retry_limit: tuple[int, int] | None = None  # after an overflow: (budget, rejected) for the retry
         try:
             written.append(self._append(user_message(prompt)).id or "")
             while True:
@@ -136,6 +139,12 @@ class Agent:
                     outcome = "cancelled"
                     break
                 request = self._request()
+                if retry_limit is not None:
+                    error = retry_refusal(self._request_tokens(request), *retry_limit)
+                    retry_limit = None
+                    if error:
+                        outcome = "failed"
+                        break
                 try:
                     response = await self._infer(request, cancel)
                 except ContextOverflowError as exc:
@@ -144,6 +153,8 @@ class Agent:
                                                     f"recovery compaction ({exc}); the request was not resent")
                         break
                     turn.overflow_recovered = True
+                    rejected = self._request_tokens(request)
+                    retry_limit = (retry_budget(rejected, *overflow_figures(exc)), rejected)
                     recovery = await self.engine.compact(Trigger.CONTEXT_OVERFLOW, cancel=cancel)
                     if recovery.outcome != "completed":
                         outcome = "cancelled" if recovery.outcome == "cancelled" else "failed"
@@ -203,6 +214,9 @@ class Agent:
         return ModelRequest(model=self.config.model.model, system=self.system_prompt(), messages=tuple(messages),
                             tools=self.tools.specs(), max_output_tokens=self.config.model.max_output_tokens,
                             temperature=self.config.model.temperature)
+
+    def _request_tokens(self, request: ModelRequest) -> int:
+        return request_tokens(self.counter, request.system, request.tools, request.messages)
 
     async def _infer(self, request: ModelRequest, cancel: CancelToken) -> ModelResponse | None:
         def on_event(event: StreamEvent) -> None:
