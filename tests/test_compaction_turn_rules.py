@@ -13,7 +13,7 @@ from agent_support import is_summary_request, make_agent
 from compaction_support import FakeSummarizer, fill, make_engine, small_config
 from fakeserver import OVERFLOW_BODIES, FakeServer, fake_server_fixture  # noqa: F401
 
-from soba_notebook.compaction import TurnState
+from soba_notebook.compaction import Capsule, TurnState
 from soba_notebook.compaction.overflow import overflow_figures, retry_budget, retry_refusal
 from soba_notebook.errors import ContextOverflowError
 
@@ -149,3 +149,36 @@ def test_overflow_recovery_runs_with_auto_false(tmp_path: Path, fake_server: Fak
     result = asyncio.run(agent.run_turn("and now?"))
     assert result.outcome == "completed" and result.text == "fine"
     assert [e["trigger"] for e in events if e.type == "compaction_end"] == ["context_overflow"]
+
+
+class _WaitsForProgress:
+    """A one-chunk model summary that only finishes once live progress has moved past the start."""
+
+    def __init__(self) -> None:
+        self.moved: asyncio.Event | None = None
+        self.seen_while_generating: list[int] = []
+
+    def watch(self, event: Any) -> None:
+        if event.type == "compaction_progress" and self.moved is not None and not self.moved.is_set():
+            self.seen_while_generating.append(event["percent"])
+            if 10 < event["percent"] < 80:
+                self.moved.set()
+
+    async def summarize(self, request: Any, progress: Any) -> Capsule:
+        self.moved = asyncio.Event()
+        await self.moved.wait()
+        return Capsule(goal="g", done=("summarized",))
+
+
+def test_live_progress_advances_while_a_single_chunk_summary_is_generated(tmp_path: Path) -> None:
+    summ = _WaitsForProgress()
+    store, engine, rec = make_engine(tmp_path, small_config(tmp_path, timeoutMs=3000), summ)
+    engine.bus.subscribe(summ.watch)
+    engine.progress_interval = 0.02
+    fill(store, 14000)
+    asyncio.run(engine.preflight(TurnState()))
+    end = rec.of("compaction_end")[-1]
+    assert end["outcome"] == "completed" and end["quality"] == "ok", "the summary finished, not the fallback"
+    assert any(10 < p < 80 for p in summ.seen_while_generating), summ.seen_while_generating
+    percents = [e["percent"] for e in rec.of("compaction_progress")]
+    assert percents == sorted(percents) and percents[-1] == 100

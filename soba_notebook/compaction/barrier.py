@@ -134,6 +134,8 @@ class CompactionEngine:
                                      hard=config.hard_limit, soft=config.soft_limit, base_tokens=base_tokens,
                                      capsule_tokens=self.capsule_tokens)
         self.last_outcome: CompactionOutcome | None = None
+        #: seconds between progress updates while a summary is generated
+        self.progress_interval = 0.25
 
     # -- configuration -----------------------------------------------------------------------
     @property
@@ -382,7 +384,7 @@ class CompactionEngine:
         waiter = asyncio.ensure_future(cancel.wait())
         timeout = self.config.compaction.timeout_ms / 1000
         try:
-            done, _ = await asyncio.wait({task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            done = await self._wait_with_progress(task, waiter, timeout, progress)
         finally:
             waiter.cancel()
         if task not in done:
@@ -403,6 +405,24 @@ class CompactionEngine:
         merged = with_facts(rolled, roll(plan.previous_capsule, facts, previous_checkpoint=plan.previous_checkpoint_id))
         progress("summarize", 80)
         return merged, "ok", None
+
+    async def _wait_with_progress(self, task: asyncio.Future[Any], waiter: asyncio.Future[Any], timeout: float,
+                                  progress: _Phase) -> set[asyncio.Future[Any]]:
+        """Wait for the summary (or the cancel signal) at most ``timeout`` seconds, moving the
+        progress while it is generated: the share of ``timeoutMs`` elapsed is an honest bound on
+        how far along it is (at ``timeoutMs`` the deterministic capsule takes over), and the
+        summarizer's own chunks-done figure moves it further when it is larger."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while True:
+            remaining = start + timeout - loop.time()
+            if remaining <= 0:
+                return set()
+            done, _ = await asyncio.wait({task, waiter}, timeout=min(self.progress_interval, remaining),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if done:
+                return done
+            progress("summarize", 10 + 69 * min(1.0, (loop.time() - start) / timeout))
 
     def _measure_after(self, plan: CompactionPlan, capsule: Capsule, quality: str) -> int:
         """Exact size of the continuation: base + rendered capsule + retained tail."""
