@@ -182,3 +182,21 @@ def test_live_progress_advances_while_a_single_chunk_summary_is_generated(tmp_pa
     assert any(10 < p < 80 for p in summ.seen_while_generating), summ.seen_while_generating
     percents = [e["percent"] for e in rec.of("compaction_progress")]
     assert percents == sorted(percents) and percents[-1] == 100
+
+
+def test_capsule_entries_go_through_the_transcript_secret_scrubber(tmp_path: Path, fake_server: FakeServer,
+                                                                   monkeypatch: Any) -> None:
+    secret = "sk-test-" + "7c1e9a0b3d5f2e4a6b8c0d1e"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url,
+                             compaction={"keepRecentTokens": 200, "timeoutMs": 5000})
+    echo = json.dumps({"goal": f"use the key {secret}", "constraints": [f"never print {secret}"]})
+    _history_then_overflow(fake_server, echo)
+    asyncio.run(agent.run_turn("write files"))
+    outcome = asyncio.run(agent.compact())
+    assert outcome.outcome == "completed" and outcome.quality == "ok"
+    raw = agent.store.file.read_text()
+    assert secret not in raw, "the summary echoed the secret into the session JSONL"
+    (capsule,) = [e for e in agent.store.entries() if e.type == "capsule"]
+    assert "[REDACTED:OPENAI_API_KEY]" in capsule.data["state"]["goal"]
+    assert secret not in json.dumps(agent.engine.model_messages())

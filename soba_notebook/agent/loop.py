@@ -79,6 +79,7 @@ class Agent:
                                      max_output_tokens=min(4_000, config.model.max_output_tokens))
         self.engine = CompactionEngine(store, config, self.counter, bus=self.bus, summarizer=summarizer,
                                        flight=flight)
+        self.engine.scrub = lambda value: scrub_value(value, self._secrets) if self._secrets else value
         self.tool_context = ToolContext(
             self.workspace, config.tools, store=store, user_namespace=user_namespace,
             record_intent=lambda kind, note: self.engine.record_intent(kind, note),

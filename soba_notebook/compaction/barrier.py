@@ -136,6 +136,9 @@ class CompactionEngine:
         self.last_outcome: CompactionOutcome | None = None
         #: seconds between progress updates while a summary is generated
         self.progress_interval = 0.25
+        #: the transcript's secret scrubber (JSON value -> JSON value), applied to every capsule
+        #: before it is measured and appended, like every other entry; the agent sets it
+        self.scrub: Callable[[Any], Any] = lambda value: value
 
     # -- configuration -----------------------------------------------------------------------
     @property
@@ -278,11 +281,14 @@ class CompactionEngine:
             instructions=instructions)
         cancel = cancel or CancelToken()
         silent = _Phase(EventBus(), plan.operation_id)
-        made = await self._generate(plan, cancel, silent)
+        capsule, quality, note = await self._generate(plan, cancel, silent)
         if cancel.cancelled:
             raise TurnCancelled(f"{cancel.reason or 'cancelled'}; the summary request was aborted and nothing "
                                 f"was written")
-        return made
+        return self._scrubbed(capsule), quality, self.scrub(note)
+
+    def _scrubbed(self, capsule: Capsule) -> Capsule:
+        return Capsule.from_json(self.scrub(capsule.to_json()), where="scrubbed capsule")
 
     def _max_tail(self, check: BudgetCheck) -> int:
         # Leave room for the capsule itself: a quarter of the hard limit, at most 8k tokens.
@@ -312,6 +318,7 @@ class CompactionEngine:
                     return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started,
                                         before_generation=True)
             capsule, quality, note = await self._generate(plan, cancel, progress)
+            capsule = self._scrubbed(capsule)
             if cancel.cancelled:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
             progress("measure", 85)
@@ -329,18 +336,19 @@ class CompactionEngine:
                                         f"capsule plus retained tail need {after} tokens, over the hard limit "
                                         f"{plan.hard_limit}", check, None, started, tokens_after=after)
                 plan, capsule, quality, note = retry
+                capsule = self._scrubbed(capsule)
                 after = self._measure_after(plan, capsule, quality)
             progress("append", 95)
             # -- the only write: checked immediately before, with no await in between ----------
             if cancel.cancelled:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
             checkpoint_id = "ck_" + secrets.token_hex(5)
-            capsule_entry = Entry("capsule", {
+            capsule_entry = Entry("capsule", self.scrub({
                 "checkpointId": checkpoint_id, "firstKeptEntryId": plan.first_kept_entry_id,
                 "trigger": str(trigger), "quality": quality, "state": capsule.to_json(),
                 "tokensBefore": plan.tokens_before, "tokensAfter": after, "source": plan.source,
                 "operationId": plan.operation_id, "previousCheckpointId": plan.previous_checkpoint_id,
-                "summarizedEntries": plan.entry_count, "note": note}, parent_id=plan.leaf_id)
+                "summarizedEntries": plan.entry_count, "note": note}), parent_id=plan.leaf_id)
             try:
                 entry = self.store.append(capsule_entry, expect_leaf=plan.leaf_id)
             except StaleLeafError:
