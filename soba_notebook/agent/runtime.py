@@ -97,7 +97,7 @@ class AgentRuntime:
                 future.set_result(result)
 
     def cancel_current(self, reason: str = "cancelled by the user") -> bool:
-        """Cancel the running turn (not the queued ones); True if one was running."""
+        """Cancel the running job, turn or compaction (not the queued ones); True if one was running."""
         with self._lock:
             token = self._current
         if token is None:
@@ -116,7 +116,7 @@ class AgentRuntime:
             queued.cancel.cancel(reason)
 
     def cancel_all(self) -> int:
-        """Cancel the running turn and drop the queued ones; returns how many were dropped."""
+        """Cancel the running job and drop the queued ones (``%soba stop``); returns how many were dropped."""
         with self._lock:
             dropped = list(self._queue)
             self._queue.clear()

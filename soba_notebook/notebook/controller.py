@@ -203,7 +203,11 @@ class NotebookSession:
                     continue
                 renderer.handle(event)
         except KeyboardInterrupt:
-            self.runtime.cancel_current("interrupted from the kernel")
+            # this turn, not whatever job runs ahead of it (a queued turn is simply dropped)
+            self.runtime.withdraw(queued, "interrupted from the kernel")
+            if queued.future.cancelled():
+                print("\nturn cancelled before it started; nothing was sent")
+                return None
             result = queued.future.result()
             self._drain_events()
             print("\nturn cancelled; the transcript is consistent and no capsule was appended")
