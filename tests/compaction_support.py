@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,21 +57,37 @@ def fill(store: SessionStore, target_tokens: int, size: int = 300, calls: int = 
 
 
 class FakeSummarizer:
-    """A summarizer the test controls: delay, failure, hang, a fixed answer, progress."""
+    """A summarizer the test controls: delay, failure, hang, a fixed answer, progress.
+
+    ``started`` is set when a summary starts; with ``wait_release`` it then waits for
+    ``release`` (an asyncio event the test sets), so tests synchronize on events, not sleeps.
+    """
 
     def __init__(self, *, delay: float = 0.0, fail: Exception | None = None, hang: bool = False,
-                 answer: Callable[[SummaryRequest], Capsule] | None = None, ignore_cancel: bool = False) -> None:
+                 answer: Callable[[SummaryRequest], Capsule] | None = None, ignore_cancel: bool = False,
+                 wait_release: bool = False) -> None:
         self.delay, self.fail, self.hang, self.answer, self.ignore_cancel = delay, fail, hang, answer, ignore_cancel
+        self.wait_release = wait_release
         self.calls: list[SummaryRequest] = []
         self.cancelled = False
         self.finished = False
+        self.started = threading.Event()
+        self.release = asyncio.Event()
+
+    async def wait_started(self) -> None:
+        """Yield to the loop until a summary has started."""
+        while not self.started.is_set():
+            await asyncio.sleep(0)
 
     async def summarize(self, request: SummaryRequest, progress: Callable[[float], None]) -> Capsule:
         self.calls.append(request)
+        self.started.set()
         try:
             progress(0.3)
             if self.hang:
                 await asyncio.Event().wait()
+            if self.wait_release:
+                await self.release.wait()
             if self.delay:
                 await asyncio.sleep(self.delay)
         except asyncio.CancelledError:

@@ -12,7 +12,7 @@ from fakeserver import OVERFLOW_BODIES, FakeServer, _json_reply, fake_server_fix
 
 from soba_notebook.agent import AgentRuntime
 from soba_notebook.cancel import CancelToken
-from soba_notebook.session.context import pair_problems
+from soba_notebook.session.context import build_context, pair_problems
 
 WIRES = ["openai", "anthropic"]
 
@@ -88,7 +88,7 @@ def test_compaction_runs_between_tool_calls_of_one_long_turn(tmp_path: Path, fak
     assert len(agent_requests) == 15
     for request in agent_requests:
         assert provider.request_tokens(request, agent.counter) <= hard, "no request over the hard limit is sent"
-        assert pair_problems([]) == []
+    assert pair_problems(build_context(agent.store.path()).messages) == []
 
 
 @pytest.mark.parametrize("wire", WIRES)
@@ -133,16 +133,15 @@ def test_second_overflow_fails_the_turn_without_resending(tmp_path: Path, fake_s
 
 def test_cancel_mid_stream_keeps_the_transcript_consistent_and_appends_no_capsule(
         tmp_path: Path, fake_server: FakeServer) -> None:
-    agent, _, events = make_agent(tmp_path, "openai", fake_server.openai_base_url)
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url)
     fake_server.openai.enqueue(text=["partial ", "answer ", "that ", "never ", "ends"], delay=0.5)
     cancel = CancelToken()
 
     async def scenario():
+        streaming = asyncio.Event()
+        agent.bus.subscribe(lambda e: streaming.set() if e.type == "message_delta" else None)
         task = asyncio.ensure_future(agent.run_turn("talk slowly", cancel))
-        for _ in range(200):
-            if any(e.type == "message_delta" for e in events):
-                break
-            await asyncio.sleep(0.02)
+        await asyncio.wait_for(streaming.wait(), 30)
         cancel.cancel()
         return await task
 
@@ -154,18 +153,19 @@ def test_cancel_mid_stream_keeps_the_transcript_consistent_and_appends_no_capsul
 
 
 def test_cancel_mid_tool_records_a_cancelled_result(tmp_path: Path, fake_server: FakeServer) -> None:
-    agent, _, events = make_agent(tmp_path, "openai", fake_server.openai_base_url)
-    fake_server.openai.enqueue(tool_calls=_calls(("s1", "shell", {"command": "sleep 30"}),
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url)
+    fake_server.openai.enqueue(tool_calls=_calls(("s1", "shell", {"command": "touch running && sleep 30"}),
                                                  ("s2", "read_file", {"path": "x"})))
     cancel = CancelToken()
+    running = agent.workspace / "running"
 
     async def scenario():
+        tool_started = asyncio.Event()
+        agent.bus.subscribe(lambda e: tool_started.set() if e.type == "tool_start" else None)
         task = asyncio.ensure_future(agent.run_turn("sleep", cancel))
-        for _ in range(500):
-            if any(e.type == "tool_start" for e in events):
-                break
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.1)
+        await asyncio.wait_for(tool_started.wait(), 30)
+        while not running.exists():  # the shell command itself is running
+            await asyncio.sleep(0.01)
         cancel.cancel()
         return await task
 

@@ -218,7 +218,7 @@ def test_failing_summarizer_falls_back_to_the_deterministic_capsule(tmp_path: Pa
 def test_cancel_during_summarization_appends_no_capsule(tmp_path: Path) -> None:
     from soba_notebook.cancel import CancelToken
 
-    summ = FakeSummarizer(delay=5)
+    summ = FakeSummarizer(hang=True)
     store, engine, rec = make_engine(tmp_path, small_config(tmp_path), summ)
     fill(store, 14000)
     size = store.file.stat().st_size
@@ -226,11 +226,13 @@ def test_cancel_during_summarization_appends_no_capsule(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         task = asyncio.ensure_future(engine.preflight(TurnState(), cancel))
-        await asyncio.sleep(0.05)
+        await summ.wait_started()
         cancel.cancel()
         await task
 
     run(scenario())
+    assert len(summ.calls) == 1 and summ.started.is_set(), "summarization had started when it was cancelled"
+    assert summ.cancelled, "the summary request was aborted"
     assert store.file.stat().st_size == size and capsules(store) == []
     assert rec.of("compaction_end")[-1]["outcome"] == "cancelled"
 
@@ -238,53 +240,55 @@ def test_cancel_during_summarization_appends_no_capsule(tmp_path: Path) -> None:
 def test_summarizer_that_finishes_after_cancel_cannot_write(tmp_path: Path) -> None:
     from soba_notebook.cancel import CancelToken
 
-    summ = FakeSummarizer(delay=0.2, ignore_cancel=True)
+    summ = FakeSummarizer(hang=True, ignore_cancel=True)  # it finishes anyway, after the cancel
     store, engine, rec = make_engine(tmp_path, small_config(tmp_path), summ)
     fill(store, 14000)
     cancel = CancelToken()
 
     async def scenario() -> None:
         task = asyncio.ensure_future(engine.preflight(TurnState(), cancel))
-        await asyncio.sleep(0.02)
+        await summ.wait_started()
         cancel.cancel()
         await task
-        await asyncio.sleep(0.3)
 
     run(scenario())
-    assert summ.finished, "the summarizer did finish, late"
+    assert summ.cancelled and summ.finished, "the summarizer did finish, late"
     assert capsules(store) == []
     assert rec.of("compaction_end")[-1]["outcome"] == "cancelled"
 
 
 def test_task_cancellation_records_cancelled_and_appends_nothing(tmp_path: Path) -> None:
-    summ = FakeSummarizer(delay=5)
+    summ = FakeSummarizer(hang=True)
     store, engine, rec = make_engine(tmp_path, small_config(tmp_path), summ)
     fill(store, 14000)
 
     async def scenario() -> None:
         task = asyncio.ensure_future(engine.preflight(TurnState()))
-        await asyncio.sleep(0.05)
+        await summ.wait_started()
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     run(scenario())
+    assert summ.started.is_set()
     assert capsules(store) == [] and rec.of("compaction_end")[-1]["outcome"] == "cancelled"
 
 
 def test_moved_leaf_makes_the_compaction_stale_and_appends_nothing(tmp_path: Path) -> None:
-    summ = FakeSummarizer(delay=0.2)
+    summ = FakeSummarizer(wait_release=True)
     store, engine, rec = make_engine(tmp_path, small_config(tmp_path), summ)
     fill(store, 14000)
     other = SessionStore.open(store.file)  # another kernel on the same session
 
     async def scenario() -> None:
         task = asyncio.ensure_future(engine.preflight(TurnState()))
-        await asyncio.sleep(0.05)
+        await summ.wait_started()
         other.append(user_message("typed in another kernel"))
+        summ.release.set()
         await task
 
     run(scenario())
+    assert summ.finished
     assert capsules(SessionStore.open(store.file)) == []
     end = rec.of("compaction_end")[-1]
     assert end["outcome"] == "stale" and "leaf moved" in end["reason"]

@@ -65,8 +65,7 @@ def test_model_input_after_any_compaction_is_valid_and_loses_nothing(turns, keep
                     for tc in tcs:
                         store.append(tool_result(tc.id, "read_file", text_of(result_size, n + 1)))
                     n += 1
-                if engine.record_intent("turn_complete"):
-                    pass
+                engine.record_turn_complete()
             check = await engine.preflight(TurnState())
             _check_invariants(store, engine, check)
 

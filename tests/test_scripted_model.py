@@ -29,7 +29,6 @@ from soba_notebook.compaction.summarize import (
     parse_capsule_answer,
     serialize_entries,
 )
-from soba_notebook.compaction.triggers import Trigger
 from soba_notebook.config import ToolsConfig, load_config
 from soba_notebook.errors import ContextOverflowError, ProviderError
 from soba_notebook.events import EventBus
@@ -566,7 +565,7 @@ def test_with_a_small_window_compaction_runs_repeatedly_and_every_task_still_fin
                 for call in response.tool_calls:
                     outcome = await REGISTRY.run(call.name, call.arguments, ctx)
                     store.append(tool_result(call.id, call.name, outcome.content, is_error=outcome.is_error))
-            engine.record_intent(Trigger.TURN_COMPLETE)
+            engine.record_turn_complete()
 
     asyncio.run(run())
     assert all(text.startswith(MARKER + "Done:") for text in finals) and len(finals) == 4

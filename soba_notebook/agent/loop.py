@@ -3,7 +3,8 @@
 The preflight barrier (:class:`~soba_notebook.compaction.CompactionEngine`) runs before **every**
 inference, including between tool calls inside one turn, so no request known to be over the hard
 limit is ever sent. Provider context overflow gets one recovery compaction and at most one retry
-per turn; the same oversized request is never resent.
+per turn; the same oversized request is never resent, nor one the recovery did not make smaller
+than the rejected one (:mod:`~soba_notebook.compaction.overflow`).
 
 Cancellation (the stop button) can land anywhere: while the model streams (the request is
 aborted and any partial text is kept as a cancelled reply), while a tool runs (the tool is
@@ -25,6 +26,7 @@ from typing import Any
 
 from ..cancel import CancelToken
 from ..compaction import CompactionEngine, CompactionOutcome, ModelSummarizer, Trigger, TurnState
+from ..compaction.overflow import overflow_figures, request_tokens, retry_budget, retry_refusal
 from ..compaction.summarize import capsule_schema, summary_output_budget
 from ..config import SobaConfig
 from ..errors import CompactionFailed, ContextOverflowError, ProviderError, SobaError, TurnCancelled
@@ -98,12 +100,14 @@ class Agent:
                                      max_output_tokens=summary_output_budget(config.model.context_window))
         self.engine = CompactionEngine(store, config, self.counter, bus=self.bus, summarizer=summarizer,
                                        flight=flight)
+        self.engine.scrub = lambda value: scrub_value(value, self._secrets) if self._secrets else value
         self.tool_context = ToolContext(
             self.workspace, config.tools, store=store, user_namespace=user_namespace,
             record_intent=lambda kind, note: self.engine.record_intent(kind, note),
             append_checkpoint=lambda kind, note: self._append(checkpoint(kind, note)), skills=self.skills,
             hidden_env=frozenset(n for n in self._secrets.values()))
         self._refresh_base_tokens()
+        self._request_context: tuple[int, str] = (0, "root")
 
     # -- set-up ------------------------------------------------------------------------------
     def _restore_skills(self) -> None:
@@ -140,6 +144,7 @@ class Agent:
         turn = TurnState()
         texts: list[str] = []
         outcome, error = "completed", None
+        retry_limit: tuple[int, int] | None = None  # after an overflow: (budget, rejected) for the retry
         try:
             written.append(self._append(user_message(prompt)).id or "")
             repeats: Counter[str] = Counter()
@@ -162,6 +167,12 @@ class Agent:
                     outcome = "cancelled"
                     break
                 request = self._request()
+                if retry_limit is not None:
+                    error = retry_refusal(self._request_tokens(request), *retry_limit)
+                    retry_limit = None
+                    if error:
+                        outcome = "failed"
+                        break
                 try:
                     response = await self._infer(request, cancel)
                 except ContextOverflowError as exc:
@@ -170,6 +181,8 @@ class Agent:
                                                     f"recovery compaction ({exc}); the request was not resent")
                         break
                     turn.overflow_recovered = True
+                    rejected = self._request_tokens(request)
+                    retry_limit = (retry_budget(rejected, *overflow_figures(exc)), rejected)
                     recovery = await self.engine.compact(Trigger.CONTEXT_OVERFLOW, cancel=cancel)
                     if recovery.outcome != "completed":
                         outcome = "cancelled" if recovery.outcome == "cancelled" else "failed"
@@ -210,7 +223,7 @@ class Agent:
             outcome, error = "failed", str(exc)
         self._close_dangling(written)
         if outcome == "completed" and self.config.compaction.compact_on_turn_complete:
-            self.engine.record_intent(Trigger.TURN_COMPLETE)
+            self.engine.record_turn_complete()
         if error:
             self.bus.emit("error", source="agent", message=error)
         self.bus.emit("turn_end", session_id=self.store.id, outcome=outcome, error=error)
@@ -229,11 +242,17 @@ class Agent:
         return self.store.append(entry)
 
     def _request(self) -> ModelRequest:
+        # What this request measures, fixed now: its reply's provider usage describes this
+        # context, whatever is appended while it is in flight (another kernel on the session).
+        self._request_context = (self.engine.tracker.estimate_raw(), self.engine.tracker.context_key)
         messages = repair_tool_pairing(self.engine.model_messages())
         return ModelRequest(model=self.config.model.model, system=self.system_prompt(), messages=tuple(messages),
                             tools=self.tools.specs(), max_output_tokens=self.config.model.max_output_tokens,
                             temperature=self.config.model.temperature,
                             estimated_input_tokens=self.engine.tracker.check().estimated)
+
+    def _request_tokens(self, request: ModelRequest) -> int:
+        return request_tokens(self.counter, request.system, request.tools, request.messages)
 
     async def _infer(self, request: ModelRequest, cancel: CancelToken) -> ModelResponse | None:
         def on_event(event: StreamEvent) -> None:
@@ -259,13 +278,14 @@ class Agent:
         return task.result()
 
     def _record_response(self, request: ModelRequest, response: ModelResponse) -> Entry:
-        if response.usage is not None and response.usage.prompt_tokens > 0:
-            estimated = self.engine.tracker.estimate_raw()
+        estimated, context_key = self._request_context
+        if response.usage is not None and response.usage.prompt_tokens > 0 \
+                and context_key == self.engine.tracker.context_key:
             self.engine.tracker.observe_usage(estimated, response.usage.prompt_tokens)
         return self._append(assistant_message(
             response.text, response.tool_calls, usage=response.usage, model=response.model or request.model,
             provider=self.provider.name, stop_reason=response.stop_reason, thinking=response.thinking or None,
-            context_key=self.engine.tracker.context_key))
+            context_key=context_key))
 
     async def _run_tools(self, response: ModelResponse, cancel: CancelToken, written: list[str],
                          repeats: Counter[str]) -> str:

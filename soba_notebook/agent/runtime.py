@@ -1,10 +1,14 @@
-"""The agent's home: one dedicated thread with its own asyncio loop, and a queue of prompts.
+"""The agent's home: one dedicated thread with its own asyncio loop, and a queue of jobs.
 
 A Jupyter kernel already runs an event loop on its main thread, magics cannot be async, and
 ``asyncio.run`` fails there; so the agent runs on a thread of its own. The kernel thread submits
-prompts and gets :class:`concurrent.futures.Future` objects back; a prompt submitted while a turn
-runs waits in the queue and is taken after it. ``cancel_current`` stops the running turn from
-any thread. Nothing here knows IPython, so scripts and tests use it as it is.
+jobs and gets :class:`concurrent.futures.Future` objects back. A job is a turn (``submit``) or
+any other model work on the session, an explicit compaction or a capsule summary
+(``submit_job``): they share one FIFO queue, so a summary is never generated while a turn's
+model request is in flight (seed section 3) and nothing is appended mid-turn. A job submitted
+while another runs waits and is taken after it; its queue position is returned.
+``cancel_current`` cancels the running job (turn or compaction) from any thread through its
+cancel token. Nothing here knows IPython, so scripts and tests use it as it is.
 """
 
 from __future__ import annotations
@@ -18,18 +22,23 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..cancel import CancelToken
-from .loop import Agent, TurnResult
+from .loop import Agent
 
 __all__ = ["AgentRuntime", "QueuedTurn"]
 
 T = TypeVar("T")
 
 
+#: A job: given the cancel token the runtime holds for it, the coroutine to run.
+Job = Callable[[CancelToken], Awaitable[Any]]
+
+
 @dataclass(frozen=True, slots=True)
 class QueuedTurn:
-    prompt: str
-    future: concurrent.futures.Future[TurnResult]
-    position: int  # turns ahead of it when it was queued (0: runs at once)
+    prompt: str  # the turn's prompt, or a label for another job (``%compact``)
+    future: concurrent.futures.Future[Any]
+    position: int  # jobs ahead of it when it was queued (0: runs at once)
+    cancel: CancelToken | None = None
 
 
 class AgentRuntime:
@@ -41,25 +50,31 @@ class AgentRuntime:
         self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
         self._thread.start()
         self._lock = threading.Lock()
-        self._queue: deque[tuple[str, concurrent.futures.Future[TurnResult], CancelToken]] = deque()
+        self._queue: deque[tuple[Job, concurrent.futures.Future[Any], CancelToken]] = deque()
         self._current: CancelToken | None = None
         self._running = False
         self._closed = False
 
     # -- turns -------------------------------------------------------------------------------
     def submit(self, prompt: str) -> QueuedTurn:
-        """Queue a turn; it starts at once when nothing runs, else after the turns ahead of it."""
-        future: concurrent.futures.Future[TurnResult] = concurrent.futures.Future()
+        """Queue a turn; it starts at once when nothing runs, else after the jobs ahead of it."""
+        return self.submit_job(lambda token: self.agent.run_turn(prompt, token), prompt)
+
+    def submit_job(self, job: Job, label: str = "") -> QueuedTurn:
+        """Queue any model work on the session (``%compact``, ``%capsule create``) behind the
+        running turn and the jobs already queued; it is cancelled exactly like a turn."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        token = CancelToken()
         with self._lock:
             if self._closed:
                 raise RuntimeError("the agent runtime is closed")
             position = len(self._queue) + (1 if self._current is not None else 0)
-            self._queue.append((prompt, future, CancelToken()))
+            self._queue.append((job, future, token))
             start = not self._running
             self._running = True
         if start:
             self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain()))
-        return QueuedTurn(prompt, future, position)
+        return QueuedTurn(label, future, position, token)
 
     async def _drain(self) -> None:
         while True:
@@ -68,12 +83,12 @@ class AgentRuntime:
                     self._running = False
                     self._current = None
                     return
-                prompt, future, token = self._queue.popleft()
+                job, future, token = self._queue.popleft()
                 self._current = token
             if not future.set_running_or_notify_cancel():
                 continue
             try:
-                result = await self.agent.run_turn(prompt, token)
+                result = await job(token)
             except BaseException as exc:  # the future carries it to whoever waits
                 future.set_exception(exc)
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -82,7 +97,7 @@ class AgentRuntime:
                 future.set_result(result)
 
     def cancel_current(self, reason: str = "cancelled by the user") -> bool:
-        """Cancel the running turn (not the queued ones); True if one was running."""
+        """Cancel the running job, turn or compaction (not the queued ones); True if one was running."""
         with self._lock:
             token = self._current
         if token is None:
@@ -90,8 +105,18 @@ class AgentRuntime:
         token.cancel(reason)
         return True
 
+    def withdraw(self, queued: QueuedTurn, reason: str = "cancelled by the user") -> None:
+        """Cancel one job: dropped from the queue if it has not started, else its token is set."""
+        with self._lock:
+            for item in list(self._queue):
+                if item[1] is queued.future:
+                    self._queue.remove(item)
+                    break
+        if not queued.future.cancel() and queued.cancel is not None:
+            queued.cancel.cancel(reason)
+
     def cancel_all(self) -> int:
-        """Cancel the running turn and drop the queued ones; returns how many were dropped."""
+        """Cancel the running job and drop the queued ones (``%soba stop``); returns how many were dropped."""
         with self._lock:
             dropped = list(self._queue)
             self._queue.clear()

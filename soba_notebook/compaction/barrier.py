@@ -32,7 +32,7 @@ from typing import Any
 from ..budget import BudgetCheck, BudgetTracker
 from ..cancel import CancelToken
 from ..config import SobaConfig
-from ..errors import CompactionFailed, StaleLeafError
+from ..errors import CompactionFailed, StaleLeafError, TurnCancelled
 from ..events import EventBus
 from ..flight import FlightRecorder
 from ..session.entries import Entry
@@ -72,6 +72,8 @@ class CompactionOutcome:
     quality: str | None
     source: str
     entry: Entry | None = None
+    #: skipped before any summary was generated (pre-generation ROI, or no safe history)
+    skipped_before_generation: bool = False
 
     @property
     def reclaimed_tokens(self) -> int:
@@ -132,6 +134,11 @@ class CompactionEngine:
                                      hard=config.hard_limit, soft=config.soft_limit, base_tokens=base_tokens,
                                      capsule_tokens=self.capsule_tokens)
         self.last_outcome: CompactionOutcome | None = None
+        #: seconds between progress updates while a summary is generated
+        self.progress_interval = 0.25
+        #: the transcript's secret scrubber (JSON value -> JSON value), applied to every capsule
+        #: before it is measured and appended, like every other entry; the agent sets it
+        self.scrub: Callable[[Any], Any] = lambda value: value
 
     # -- configuration -----------------------------------------------------------------------
     @property
@@ -160,6 +167,24 @@ class CompactionEngine:
     def record_intent(self, trigger: Trigger | str, note: str = "") -> bool:
         return self.intents.record(trigger, self.config.compaction, note)
 
+    def soft_ready(self, check: BudgetCheck | None = None) -> bool:
+        """Whether a soft compaction now could get past the pre-generation checks: the ROI gate
+        and a safe cut before the retained window."""
+        check = check or self.measure()
+        if not pre_generation_roi(check.effective, self.config.compaction).passed:
+            return False
+        return not isinstance(self.plan(Trigger.TURN_COMPLETE, check), str)
+
+    def record_turn_complete(self) -> bool:
+        """After a completed turn: record a ``turn_complete`` intent only when it could pass the
+        pre-generation ROI (seed: a completed turn *may* record one), so an intent that would be
+        skipped anyway is never recorded. (The safe-cut check waits for the preflight: the next
+        user message, appended first, is what makes older history cuttable.) Nothing is
+        compacted here."""
+        if not pre_generation_roi(self.measure().effective, self.config.compaction).passed:
+            return False
+        return self.record_intent(Trigger.TURN_COMPLETE)
+
     def model_messages(self) -> list[dict[str, Any]]:
         """The message part of the next request: capsule (if any) then the retained entries."""
         from ..session.context import build_context
@@ -183,17 +208,22 @@ class CompactionEngine:
         if trigger is None:
             return check
         if trigger in SOFT:
+            if turn.soft_skipped and not self.soft_ready(check):
+                return check  # already skipped before generation this turn, and nothing changed that
             # One soft attempt answers every pending soft intent: they all ask for a compaction at
             # this boundary, so each is consumed once here whatever the outcome (none goes stale
             # and fires turns later).
-            turn.soft_attempted = True
             self.intents.clear()
         outcome = await self.run(trigger, cancel=cancel, check=check)
+        if trigger in SOFT:
+            # a skip before generation spent nothing: it does not use up the turn's soft attempt
+            if outcome.skipped_before_generation:
+                turn.soft_skipped = True
+            else:
+                turn.soft_attempted = True
         after = self.measure()
         if after.over_hard:
             if outcome.outcome == "cancelled":
-                from ..errors import TurnCancelled
-
                 raise TurnCancelled("turn cancelled during a mandatory compaction; nothing was sent")
             raise CompactionFailed(
                 f"the next request needs {after.effective} tokens, over the hard limit {after.hard_limit}, and "
@@ -236,7 +266,8 @@ class CompactionEngine:
         """A capsule of the whole current context, for an intentional handoff (``%capsule create``).
 
         Same summarizer, timeout, fallback and fact merging as a compaction, but nothing is cut
-        and nothing is appended: the session's model input does not change.
+        and nothing is appended: the session's model input does not change. Raises
+        :class:`~soba_notebook.errors.TurnCancelled` when ``cancel`` is set while it runs.
         """
         entries, capsule_entry = context_slice(self.store.path())
         check = self.measure()
@@ -248,8 +279,16 @@ class CompactionEngine:
             previous_capsule=capsule_of(capsule_entry) if capsule_entry is not None else None,
             previous_checkpoint_id=capsule_entry.data.get("checkpointId") if capsule_entry else None,
             instructions=instructions)
+        cancel = cancel or CancelToken()
         silent = _Phase(EventBus(), plan.operation_id)
-        return await self._generate(plan, cancel or CancelToken(), silent)
+        capsule, quality, note = await self._generate(plan, cancel, silent)
+        if cancel.cancelled:
+            raise TurnCancelled(f"{cancel.reason or 'cancelled'}; the summary request was aborted and nothing "
+                                f"was written")
+        return self._scrubbed(capsule), quality, self.scrub(note)
+
+    def _scrubbed(self, capsule: Capsule) -> Capsule:
+        return Capsule.from_json(self.scrub(capsule.to_json()), where="scrubbed capsule")
 
     def _max_tail(self, check: BudgetCheck) -> int:
         # Leave room for the capsule itself: a quarter of the hard limit, at most 8k tokens.
@@ -267,7 +306,7 @@ class CompactionEngine:
             op = "op_" + secrets.token_hex(6)
             self.bus.emit("compaction_start", operation_id=op, trigger=str(trigger), tokens_before=check.effective,
                           hard_limit=check.hard_limit, soft_limit=check.soft_limit, source=check.source)
-            return self._finish(op, trigger, "skipped", planned, check, None, started)
+            return self._finish(op, trigger, "skipped", planned, check, None, started, before_generation=True)
         plan = planned
         self.bus.emit("compaction_start", **plan.to_event())
         progress = _Phase(self.bus, plan.operation_id)
@@ -276,8 +315,10 @@ class CompactionEngine:
             if trigger in SOFT:
                 roi = pre_generation_roi(plan.tokens_before, self.config.compaction)
                 if not roi.passed:
-                    return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started)
+                    return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started,
+                                        before_generation=True)
             capsule, quality, note = await self._generate(plan, cancel, progress)
+            capsule = self._scrubbed(capsule)
             if cancel.cancelled:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
             progress("measure", 85)
@@ -295,18 +336,19 @@ class CompactionEngine:
                                         f"capsule plus retained tail need {after} tokens, over the hard limit "
                                         f"{plan.hard_limit}", check, None, started, tokens_after=after)
                 plan, capsule, quality, note = retry
+                capsule = self._scrubbed(capsule)
                 after = self._measure_after(plan, capsule, quality)
             progress("append", 95)
             # -- the only write: checked immediately before, with no await in between ----------
             if cancel.cancelled:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
             checkpoint_id = "ck_" + secrets.token_hex(5)
-            capsule_entry = Entry("capsule", {
+            capsule_entry = Entry("capsule", self.scrub({
                 "checkpointId": checkpoint_id, "firstKeptEntryId": plan.first_kept_entry_id,
                 "trigger": str(trigger), "quality": quality, "state": capsule.to_json(),
                 "tokensBefore": plan.tokens_before, "tokensAfter": after, "source": plan.source,
                 "operationId": plan.operation_id, "previousCheckpointId": plan.previous_checkpoint_id,
-                "summarizedEntries": plan.entry_count, "note": note}, parent_id=plan.leaf_id)
+                "summarizedEntries": plan.entry_count, "note": note}), parent_id=plan.leaf_id)
             try:
                 entry = self.store.append(capsule_entry, expect_leaf=plan.leaf_id)
             except StaleLeafError:
@@ -350,7 +392,7 @@ class CompactionEngine:
         waiter = asyncio.ensure_future(cancel.wait())
         timeout = self.config.compaction.timeout_ms / 1000
         try:
-            done, _ = await asyncio.wait({task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            done = await self._wait_with_progress(task, waiter, timeout, progress)
         finally:
             waiter.cancel()
         if task not in done:
@@ -372,6 +414,24 @@ class CompactionEngine:
         progress("summarize", 80)
         return merged, "ok", None
 
+    async def _wait_with_progress(self, task: asyncio.Future[Any], waiter: asyncio.Future[Any], timeout: float,
+                                  progress: _Phase) -> set[asyncio.Future[Any]]:
+        """Wait for the summary (or the cancel signal) at most ``timeout`` seconds, moving the
+        progress while it is generated: the share of ``timeoutMs`` elapsed is an honest bound on
+        how far along it is (at ``timeoutMs`` the deterministic capsule takes over), and the
+        summarizer's own chunks-done figure moves it further when it is larger."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while True:
+            remaining = start + timeout - loop.time()
+            if remaining <= 0:
+                return set()
+            done, _ = await asyncio.wait({task, waiter}, timeout=min(self.progress_interval, remaining),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if done:
+                return done
+            progress("summarize", 10 + 69 * min(1.0, (loop.time() - start) / timeout))
+
     def _measure_after(self, plan: CompactionPlan, capsule: Capsule, quality: str) -> int:
         """Exact size of the continuation: base + rendered capsule + retained tail."""
         text = render(capsule, checkpoint_id="ck_0000000000", quality=quality)
@@ -386,13 +446,15 @@ class CompactionEngine:
     # -- reporting ---------------------------------------------------------------------------
     def _finish(self, operation_id: str, trigger: Trigger | str, outcome: str, reason: str | None,
                 check: BudgetCheck, entry: Entry | None, started: float, *, tokens_after: int | None = None,
-                quality: str | None = None, checkpoint_id: str | None = None) -> CompactionOutcome:
+                quality: str | None = None, checkpoint_id: str | None = None,
+                before_generation: bool = False) -> CompactionOutcome:
         result = CompactionOutcome(
             operation_id=operation_id, trigger=str(trigger), outcome=outcome, reason=reason,
             tokens_before=check.effective,
             tokens_after=tokens_after if tokens_after is not None and outcome == "completed" else check.effective,
             checkpoint_id=checkpoint_id, duration_ms=round((self.clock() - started) * 1000),
-            quality=quality if outcome in ("completed", "skipped") else None, source=check.source, entry=entry)
+            quality=quality if outcome in ("completed", "skipped") else None, source=check.source, entry=entry,
+            skipped_before_generation=before_generation)
         if outcome == "completed":
             self.bus.emit("compaction_progress", operation_id=operation_id, phase="done", percent=100)
         self.bus.emit("compaction_end", **result.to_event())

@@ -14,9 +14,10 @@ It reads tool calls (name + arguments on assistant entries) paired with their re
 call id, for SOBA's own tools and for the tools of agents whose sessions get imported (pi, Claude
 Code, SWE-agent, mini-swe-agent); shell command lines are analysed by :mod:`.shell_parse`, check
 results read by :mod:`.verification`. A file counts as modified only when the tool call that
-changed it succeeded, and as read only when the read succeeded. Every list is capped and every
-string clipped: the degraded capsule exists to reclaim tokens, so it must stay far smaller than
-the history it replaces.
+changed it succeeded, and as read only when the read succeeded. Every list extracted from the
+entries is capped and every string clipped: the degraded capsule exists to reclaim tokens, so it
+must stay far smaller than the history it replaces. What a previous capsule held is never cut:
+rolled work lists past their bound have their oldest items merged into one item that says so.
 
 Pure functions, no I/O, linear in the number of entries (a thousand-entry session takes a few
 milliseconds once its shell commands are memoized, well under 50 ms cold).
@@ -457,8 +458,33 @@ def _work_summary(scan: _Scan, facts: Capsule) -> Capsule:
     )
 
 
-def _tail(items: tuple[Any, ...], limit: int) -> tuple[Any, ...]:
-    return items[-limit:] if len(items) > limit else items
+_MERGED = re.compile(r"^\[(\d+) earlier (.+?) merged to bound the capsule\] (.*)$", re.DOTALL)
+
+
+def _merged_count(text: str) -> tuple[int, str]:
+    match = _MERGED.match(text)
+    return (int(match.group(1)), match.group(3)) if match else (1, text)
+
+
+def _bounded(items: tuple[str, ...], limit: int, what: str) -> tuple[str, ...]:
+    """At most ``limit`` items without losing any: the oldest are merged, whole, into one first
+    item that says how many it holds (an earlier merged item is folded in, not nested)."""
+    if len(items) <= limit:
+        return items
+    overflow = len(items) - limit + 1
+    parts = [_merged_count(item) for item in items[:overflow]]
+    merged = f"[{sum(n for n, _ in parts)} earlier {what} merged to bound the capsule] " + "; ".join(
+        body for _, body in parts)
+    return (merged, *items[overflow:])
+
+
+def _bounded_decisions(decisions: tuple[Decision, ...], limit: int) -> tuple[Decision, ...]:
+    if len(decisions) <= limit:
+        return decisions
+    overflow = len(decisions) - limit + 1
+    text = _bounded(tuple(d.what + (f" (because {d.why})" if d.why else "") for d in decisions[:overflow]),
+                    1, "decisions")[0]
+    return (Decision(text), *decisions[overflow:])
 
 
 def deterministic_capsule(entries: Sequence[Entry], previous: Capsule | None = None,
@@ -481,17 +507,15 @@ def deterministic_capsule(entries: Sequence[Entry], previous: Capsule | None = N
                      or not any(b.startswith(f"{c} failed") or f"`{c}`" in b for c in passed))
     pending = tuple(p for p in rolled.pending
                     if p in newer.pending or p.removesuffix(_INTERRUPTED) not in scan.completed)
+    # Nothing the previous capsule held is dropped unless superseded (done work, resolved
+    # blockers and interrupted calls): the work lists are bounded by merging their oldest items,
+    # and the merged item says so; files, checks, skills and artifacts are kept whole.
     return replace(
         rolled,
-        constraints=_tail(rolled.constraints, MAX_ROLLED_CONSTRAINTS),
-        done=_tail(rolled.done, MAX_ROLLED_DONE),
-        pending=_tail(pending, MAX_ROLLED_PENDING),
-        decisions=_tail(rolled.decisions, MAX_DECISIONS),
-        blockers=_tail(blockers, MAX_BLOCKERS * 2),
-        next_steps=_tail(rolled.next_steps, MAX_NEXT_STEPS),
-        files_read=_tail(rolled.files_read, MAX_FILES),
-        files_modified=_tail(rolled.files_modified, MAX_FILES),
-        verification=_tail(rolled.verification, MAX_VERIFICATIONS),
-        active_skills=_tail(rolled.active_skills, MAX_SKILLS),
-        artifacts=_tail(rolled.artifacts, MAX_ARTIFACTS),
+        constraints=_bounded(rolled.constraints, MAX_ROLLED_CONSTRAINTS, "constraints"),
+        done=_bounded(rolled.done, MAX_ROLLED_DONE, "completed items"),
+        pending=_bounded(pending, MAX_ROLLED_PENDING, "pending items"),
+        decisions=_bounded_decisions(rolled.decisions, MAX_DECISIONS),
+        blockers=_bounded(blockers, MAX_BLOCKERS * 2, "blockers"),
+        next_steps=_bounded(rolled.next_steps, MAX_NEXT_STEPS, "next steps"),
     )

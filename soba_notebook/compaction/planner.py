@@ -29,21 +29,30 @@ def context_slice(path: Sequence[Entry]) -> tuple[list[Entry], Entry | None]:
 
 
 def valid_boundaries(entries: Sequence[Entry]) -> tuple[list[int], bool]:
-    """Indices where a kept tail may begin, and whether cutting after the last entry is valid."""
+    """Indices where a kept tail may begin, and whether cutting after the last entry is valid.
+
+    A boundary is valid only where no tool call before it still waits for a result after it,
+    whatever lies between a call and its result: user messages (a second kernel on the same
+    session, an imported transcript), config changes, checkpoints. A call whose result appears
+    nowhere in ``entries`` holds boundaries open only until the user speaks again: then it was
+    abandoned (an aborted reply in an imported session) and no result can follow; before that
+    its result may still be coming, so the cut may not pass it.
+    """
+    answered = {e.tool_call_id for e in entries if e.role == "tool" and e.tool_call_id}
     valid: list[int] = []
-    open_calls: set[str] = set()
+    open_calls: set[str] = set()  # calls whose result comes later in entries
+    unanswered: set[str] = set()  # calls with no result anywhere in entries
     for i, e in enumerate(entries):
         if e.role == "user":
-            # calls still open when the user speaks again were abandoned (an aborted reply in an
-            # imported session): no result can follow, so they cannot be separated from one
-            open_calls.clear()
-        if i > 0 and not open_calls and e.is_model_input and e.role != "tool":
+            unanswered.clear()
+        if i > 0 and not open_calls and not unanswered and e.is_model_input and e.role != "tool":
             valid.append(i)
         if e.role == "assistant":
-            open_calls.update(c.id for c in e.tool_calls)
+            for call in e.tool_calls:
+                (open_calls if call.id in answered else unanswered).add(call.id)
         elif e.role == "tool":
             open_calls.discard(e.tool_call_id or "")
-    return valid, not open_calls
+    return valid, not open_calls and not unanswered
 
 
 def find_cut_point(entries: Sequence[Entry], tokens: Sequence[int], keep_recent_tokens: int, *,

@@ -27,7 +27,7 @@ from ..session.store import SessionStore
 from ..tokens import TokenCounter
 from .barrier import CompactionEngine, capsule_of
 from .capsule import Capsule
-from .triggers import Trigger, TurnState
+from .triggers import TurnState
 
 __all__ = ["InferenceRecord", "SimulationResult", "replay"]
 
@@ -92,7 +92,7 @@ async def _replay(source: Sequence[Entry], config: SobaConfig, counter: TokenCou
     turn, turn_no, inference = TurnState(), 0, 0
     for entry in source:
         if entry.role == "user" and entry.message.get("source") is None and records:
-            engine.record_intent(Trigger.TURN_COMPLETE)
+            engine.record_turn_complete()
             turn, turn_no = TurnState(), turn_no + 1
         if entry.type == "checkpoint" and entry.data.get("kind") in ("milestone", "plan_pivot"):
             engine.record_intent(str(entry.data["kind"]), str(entry.data.get("note", "")))

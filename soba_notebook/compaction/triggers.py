@@ -94,11 +94,18 @@ class IntentQueue:
 
 @dataclass(slots=True)
 class TurnState:
-    """Per-turn bookkeeping the barrier needs: at most one soft attempt, one overflow retry."""
+    """Per-turn bookkeeping the barrier needs: at most one soft attempt, one overflow retry.
+
+    ``soft_attempted`` is set only by a soft compaction that reached generation; one skipped
+    before generation (pre-generation ROI, no safe history) only sets ``soft_skipped``, so it
+    does not spend the turn's attempt: a later ``auto_threshold`` that has become eligible in the
+    same turn still runs.
+    """
 
     soft_attempted: bool = False
     overflow_recovered: bool = False
     inferences: int = 0
+    soft_skipped: bool = False
 
 
 def choose_trigger(check: BudgetCheck, intents: Sequence[Intent], config: CompactionConfig, *,

@@ -10,15 +10,27 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from ..compaction.capsule import render
+from ..compaction.capsule import Capsule, render, validate_capsule_json
+from ..errors import TurnCancelled
 from ..memory import handoff
-from ..memory.project import ProjectMemory
+from ..memory.project import EXPLICIT_TRIGGER, ProjectMemory, mirror_decision
 from .controller import NotebookSession
 
 __all__ = ["run"]
 
 USAGE = ('usage: %capsule create "title" [--remember] | export CK PATH [--force] | load PATH [--continue] '
          "| list | show CK")
+
+
+def _remember(root: Any, pc: Any, capsule: Capsule, quality: str) -> None:
+    """``--remember``: the same rule as ``%compact --remember``: only a capsule that validates and
+    is not degraded is mirrored into Project Memory; a refusal says why."""
+    ok, reason = mirror_decision(EXPLICIT_TRIGGER, quality, validate_capsule_json(capsule.to_json()),
+                                 explicit=True, remember=True, config_switch=False)
+    if not ok:
+        print(f"not added to Project Memory: {reason}")
+        return
+    print(f"added to Project Memory: {ProjectMemory(root).add(pc)}")
 
 
 def run(session: NotebookSession, args: list[str]) -> Any:
@@ -30,17 +42,22 @@ def run(session: NotebookSession, args: list[str]) -> Any:
     if command == "create":
         if len(words) != 1 or flags - {"--remember"}:
             raise UsageError('usage: %capsule create "title" [--remember]')
-        capsule, quality, note = session.call(lambda: handle.agent.engine.summarize_current())
+        try:
+            made = session.run_job(lambda cancel: handle.agent.engine.summarize_current(cancel=cancel),
+                                   "%capsule create")
+        except TurnCancelled as exc:
+            print(f"%capsule create cancelled: {exc}")
+            return None
+        if made is None:  # withdrawn from the queue before it started
+            return None
+        capsule, quality, note = made
         tokens = handle.agent.counter.count_text(render(capsule))
         pc = handoff.create_portable(store, capsule, words[0], quality=quality, token_count=tokens)
         path = handoff.write_created(root, pc)
         print(f"created {pc.source_checkpoint} ({quality}, {tokens:,} tokens) → {path}"
               + (f" [{note}]" if note else ""))
         if "--remember" in flags:
-            if quality != "ok":
-                print("not added to Project Memory: degraded capsules are never mirrored")
-            else:
-                print(f"added to Project Memory: {ProjectMemory(root).add(pc)}")
+            _remember(root, pc, capsule, quality)
         return None
     if command == "export":
         if len(words) != 2 or flags - {"--force"}:

@@ -9,17 +9,19 @@ for the transcript to be consistent again.
 
 from __future__ import annotations
 
+import concurrent.futures
 import html
 import json
 import os
 import queue
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..agent import AgentHandle, AgentRuntime, TurnResult, open_agent
+from ..cancel import CancelToken
 from ..config import SobaConfig, load_config
 from ..events import Event, EventBus
 from .display import budget_line, detect_frontend
@@ -201,7 +203,11 @@ class NotebookSession:
                     continue
                 renderer.handle(event)
         except KeyboardInterrupt:
-            self.runtime.cancel_current("interrupted from the kernel")
+            # this turn, not whatever job runs ahead of it (a queued turn is simply dropped)
+            self.runtime.withdraw(queued, "interrupted from the kernel")
+            if queued.future.cancelled():
+                print("\nturn cancelled before it started; nothing was sent")
+                return None
             result = queued.future.result()
             self._drain_events()
             print("\nturn cancelled; the transcript is consistent and no capsule was appended")
@@ -218,14 +224,45 @@ class NotebookSession:
             except queue.Empty:
                 break
 
-    def call(self, fn: Callable[[], Any], timeout: float | None = None) -> Any:
-        """Run a coroutine function on the agent's loop (``%compact``) and wait for it."""
+    def run_job(self, job: Callable[[CancelToken], Awaitable[Any]], label: str, *,
+                timeout: float | None = None) -> Any:
+        """Run model work other than a turn (``%compact``, ``%capsule create``) and wait for it.
+
+        It is queued behind the running turn and the jobs already queued (its position is
+        printed the way ``%soba`` prints a queued turn), so no summary is generated while a
+        turn's model request is in flight. The kernel's stop button, or ``%soba stop``, cancels
+        it like a turn: its cancel token is set (the summary request is aborted and nothing is
+        appended), or, if it has not started yet, it is dropped from the queue and ``None`` is
+        returned.
+        """
         self.ensure()
         assert self.runtime is not None
+        queued = self.runtime.submit_job(job, label)
+        if queued.position:
+            print(f"queued: {queued.position} job(s) ahead of this {label}; it runs when they finish")
+        deadline = time.monotonic() + timeout if timeout else None
         try:
-            return self.runtime.call(fn, timeout)
+            while True:
+                try:
+                    return queued.future.result(timeout=0.05)
+                except concurrent.futures.TimeoutError:
+                    if deadline and time.monotonic() > deadline:
+                        raise TimeoutError(f"{label} did not finish within {timeout}s") from None
+                except concurrent.futures.CancelledError:
+                    print(f"{label} cancelled before it started; nothing was appended")
+                    return None
+        except KeyboardInterrupt:
+            self.runtime.withdraw(queued, "interrupted from the kernel")
+            if queued.future.cancelled():
+                print(f"\n{label} cancelled before it started; nothing was appended")
+                return None
+            return queued.future.result()
         finally:
             self._drain_events()
+
+    def call(self, fn: Callable[[], Awaitable[Any]], timeout: float | None = None) -> Any:
+        """Run a coroutine function on the agent's loop, serialized with turns (see ``run_job``)."""
+        return self.run_job(lambda _token: fn(), "call", timeout=timeout)
 
     def status(self) -> dict[str, Any]:
         handle = self.ensure()

@@ -32,7 +32,7 @@ Subcommands:
   %soba sessions                    sessions of this project
   %soba resume ID                   continue another session
   %soba rewind ENTRY_ID             move the leaf back (the transcript keeps everything)
-  %soba stop                        cancel the running turn
+  %soba stop                        cancel the running turn or %compact / %capsule create, drop queued ones
   %soba checkpoint milestone|plan_pivot "note"
   %soba skill activate|deactivate NAME   (or: %soba skill list)
   %soba config                      the effective configuration (no secrets)
@@ -192,7 +192,11 @@ class SobaMagics(Magics):
     def compact(self, line: str) -> Any:
         """Compact now. An explicit compact bypasses the soft ROI threshold, but does nothing when
         there is no safe history before the retained window. --remember (or the config switch
-        memory.mirrorExplicitCompacts) mirrors a validated, non-degraded capsule into Project Memory."""
+        memory.mirrorExplicitCompacts) mirrors a validated, non-degraded capsule into Project Memory.
+
+        While a turn runs (``%%soba --background``) the compaction is queued behind it, and the
+        queue position is printed; it never runs concurrently with a turn's model request. The
+        stop button or ``%soba stop`` cancels it like a turn: outcome ``cancelled``, no capsule."""
         try:
             parsed = parse_argstring(self.compact, line)
         except UsageError:
@@ -205,9 +209,11 @@ class SobaMagics(Magics):
         handle = s.ensure()
         s.show_budget(show=s.frontend != "terminal")
         try:
-            outcome = s.call(lambda: handle.agent.compact(text or None))
+            outcome = s.run_job(lambda cancel: handle.agent.compact(text or None, cancel), "%compact")
         except SobaError as exc:
             raise UsageError(str(exc)) from None
+        if outcome is None:  # withdrawn from the queue before it started
+            return None
         if outcome.outcome == "completed":
             print(f"compacted ({outcome.trigger}): {outcome.tokens_before:,} → {outcome.tokens_after:,} tokens, "
                   f"reclaimed {outcome.reclaimed_percent}% · {outcome.checkpoint_id}"
@@ -265,7 +271,8 @@ class SobaMagics(Magics):
     def capsule(self, line: str) -> Any:
         """Portable Capsules (.capsule.md handoffs):
 
-          %capsule create "title"          summarize now into .soba/capsules/<ck>.capsule.md
+          %capsule create "title" [--remember]   summarize now into .soba/capsules/<ck>.capsule.md
+                                           (queued behind a running turn; the stop button cancels it)
           %capsule export CK PATH [--force]
           %capsule load PATH [--continue]  start a new session from it (or continue this one)
           %capsule list                    checkpoints of this session, created capsules, memory

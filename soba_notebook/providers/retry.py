@@ -118,9 +118,9 @@ _LIMIT_PATTERNS = (
     re.compile(r'"n_ctx"\s*:\s*(\d+)'),
 )
 _REQUESTED_PATTERNS = (
-    re.compile(r"(\d[\d,]*) in the messages"),
     re.compile(r"messages resulted in (\d[\d,]*)"),
     re.compile(r"too long: (\d[\d,]*) tokens"),
+    re.compile(r"input length \((\d[\d,]*) tokens\)"),
     re.compile(r'"n_prompt_tokens"\s*:\s*(\d+)'),
     re.compile(r"you requested (?:about )?(\d[\d,]*)"),
     re.compile(r"requested tokens \((\d+)\)"),
@@ -136,10 +136,10 @@ def _first_number(patterns: Sequence[re.Pattern[str]], text: str) -> int | None:
 
 
 def overflow_figures(body_text: str) -> tuple[int | None, int | None]:
-    """``(requested prompt tokens, context limit)`` as an overflow message states them; each
-    ``None`` when the message does not say. The prompt count excludes the completion where the
-    server separates them (vLLM and llama-cpp-python: "2055 in the messages, 256 in the
-    completion")."""
+    """``(requested tokens, context limit)`` as an overflow message states them; each ``None``
+    when the message does not say. The requested count is what the server says the request came
+    to; vLLM and llama-cpp-python include the reserved completion ("you requested 2311 tokens
+    (2055 in the messages, 256 in the completion)")."""
     text = (body_text or "").lower()
     return _first_number(_REQUESTED_PATTERNS, text), _first_number(_LIMIT_PATTERNS, text)
 
