@@ -257,3 +257,28 @@ def test_capsule_whose_first_kept_entry_is_not_on_the_path_is_warned_not_silent(
     with pytest.warns(UserWarning, match="firstKeptEntryId 'ghost' is not on the path"):
         ctx = build_context(store.path())
     assert [e.id for e in ctx.messages] == [after.id]
+
+
+def test_open_streams_the_file_in_chunks_and_reads_the_same_entries_as_in_one_piece(tmp_path, monkeypatch) -> None:
+    import warnings
+
+    from soba_notebook.session import store as store_module
+
+    store = SessionStore.create(tmp_path)
+    for i in range(40):
+        store.append(user_message(f"entry {i} with ünïcödé and an emoji 🎉 " + "x" * (i * 7)))
+    with open(store.file, "ab") as fh:
+        fh.write(b'{"type": "message", bad json\n\n{"type":"message","id":"torn","parentId":null,"message":{"ro')
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for chunk in (1, 7, 64, 300):
+            monkeypatch.setattr(store_module, "OPEN_CHUNK_BYTES", 1 << 30)
+            whole = SessionStore.open(store.file)
+            monkeypatch.setattr(store_module, "OPEN_CHUNK_BYTES", chunk)
+            streamed = SessionStore.open(store.file)
+            assert streamed.entries() == whole.entries()
+            assert [e.line for e in streamed.entries()] == [e.line for e in whole.entries()]
+            assert streamed.problems == whole.problems and len(whole.problems) == 2
+            assert streamed.leaf_id == whole.leaf_id and streamed._offset == whole._offset
+            assert streamed._line_no == whole._line_no
+            streamed.append(user_message("after"))  # the next round reads a file that grew

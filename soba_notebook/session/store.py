@@ -42,6 +42,9 @@ __all__ = ["FORMAT_VERSION", "SessionInfo", "SessionStore", "list_sessions"]
 _SCANNER = json.scanner.make_scanner(json.JSONDecoder())
 _BAD = object()
 
+#: How much of a session file :meth:`SessionStore.open` reads and parses at a time.
+OPEN_CHUNK_BYTES = 8 << 20
+
 #: Version of the on-disk format written in every header. Readers accept older and newer files
 #: (newer ones read-only, with unknown entry types kept and ignored).
 FORMAT_VERSION = 1
@@ -124,18 +127,18 @@ class SessionStore:
         with fh:
             fcntl.flock(fh.fileno(), fcntl.LOCK_SH)  # a writer mid-append finishes first
             try:
-                raw = fh.read()
+                size = os.fstat(fh.fileno()).st_size  # no writer is mid-append: these bytes are final
             finally:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-        first_nl = raw.find(b"\n")
-        if first_nl < 0:
-            raise SessionError(f"{file}:1: missing session header (file is empty or has no complete line)")
-        header = cls._parse_header(file, raw[:first_nl])
-        store = cls(file, header, fsync=fsync, lock_timeout=lock_timeout, clock=clock)
-        store._offset = first_nl + 1
-        store._line_no = 1
-        # Under the shared lock no writer is mid-write: an unterminated last line is torn.
-        store._consume(raw, 0, tail_is_torn=True)
+            first = fh.readline(size)
+            if not first.endswith(b"\n"):
+                raise SessionError(f"{file}:1: missing session header (file is empty or has no complete line)")
+            header = cls._parse_header(file, first[:-1])
+            store = cls(file, header, fsync=fsync, lock_timeout=lock_timeout, clock=clock)
+            store._offset = len(first)
+            store._line_no = 1
+            # Appends only ever add after ``size``: an unterminated last line before it is torn.
+            store._consume_stream(fh, size - len(first))
         return store
 
     @staticmethod
@@ -200,6 +203,39 @@ class SessionStore:
         if new:
             self.version += 1
         return new
+
+    def _consume_stream(self, fh: Any, remaining: int) -> None:
+        """Index the next ``remaining`` bytes of ``fh`` (positioned at ``self._offset``), a chunk of
+        complete lines at a time.
+
+        Peak memory stays at the parsed entries plus one chunk: the file is never held whole,
+        neither as bytes nor as one decoded string (one emoji makes Python store a whole string
+        at four bytes per character). A line longer than a chunk is read on until it ends.
+        """
+        chunk_size = OPEN_CHUNK_BYTES
+        carry = b""
+        paused = gc.isenabled()  # see _consume: nothing loaded here can form a cycle
+        if paused:
+            gc.disable()
+        try:
+            while remaining > 0:
+                block = fh.read(min(chunk_size, remaining))
+                if not block:
+                    break
+                remaining -= len(block)
+                buf = carry + block if carry else block
+                if buf.rfind(b"\n") < 0:
+                    carry = buf  # no complete line yet: read on
+                    continue
+                base = self._offset
+                self._consume(buf, base, tail_is_torn=False)
+                carry = buf[self._offset - base:]
+                del buf, block
+            if carry:
+                self._consume(carry, self._offset, tail_is_torn=True)
+        finally:
+            if paused:
+                gc.enable()
 
     def _parse_lines(self, region: bytes, first_line: int) -> Iterator[tuple[int, Any]]:
         """(line number, parsed value) for every non-blank line; bad lines are reported and skipped.
