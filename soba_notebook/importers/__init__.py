@@ -1,7 +1,8 @@
 """Importers: transcripts recorded by other coding agents, turned into new SOBA sessions.
 
 This package owns the step *foreign transcript file → new SOBA session file*. The public entry
-points are :func:`import_transcript` and :func:`import_transcript_with_report`; format modules
+points are :func:`import_transcript`, :func:`import_transcript_with_report` and (a whole folder, in
+parallel) :func:`import_transcripts`; format modules
 (:mod:`.pi`, :mod:`.claude_code`, :mod:`.openai_messages`) convert a source into a list of
 :class:`Planned` entries, and this module writes them through :meth:`SessionStore.append`, so an
 imported session obeys every rule of a native one (append-only, one line per entry, a tree with
@@ -57,11 +58,13 @@ from ._common import (
     user_data,
 )
 from .detect import FORMATS, detect_format, detect_format_of
+from .fleet import FolderImport, import_transcripts, transcript_files
 
 __all__ = [
     "FORMATS",
     "IMAGE_PLACEHOLDER",
     "Converted",
+    "FolderImport",
     "ImportLog",
     "ImportReport",
     "Planned",
@@ -70,9 +73,11 @@ __all__ = [
     "detect_format",
     "import_transcript",
     "import_transcript_with_report",
+    "import_transcripts",
     "iso_timestamp",
     "parse_arguments",
     "tool_data",
+    "transcript_files",
     "unknown_block",
     "usage_json",
     "user_data",
