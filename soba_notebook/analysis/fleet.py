@@ -20,6 +20,7 @@ import pandas as pd
 from ..config import SobaConfig
 from ..importers.fleet import run_all, transcript_files
 from ..session.store import SessionStore
+from ..tokens import encoding_for_model
 from ._common import SessionLike, snapshot
 from .simulation import COMPARE_COLUMNS, _run, simulation_config
 
@@ -90,6 +91,10 @@ def simulate_many(sessions: SessionLike | Iterable[SessionLike],
     """
     resolved = _resolve(configs, config)
     paths = _session_list(sessions)
+    if executor is None or isinstance(executor, concurrent.futures.ProcessPoolExecutor):
+        # Load the common encoding once here: forked workers inherit it instead of each spending
+        # about half a second building it again (it is cached for the life of this process).
+        encoding_for_model(None)
     jobs = [(path, resolved, base_tokens) for path in paths]
     results = run_all(_simulate_session, jobs, executor, desc="simulate", unit="session", progress=progress)
     rows = [row for result in results for row in result]
