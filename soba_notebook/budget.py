@@ -155,5 +155,21 @@ class BudgetTracker:
                            self.context_key, self.store.leaf_id)
 
     def observe_usage(self, estimated_prompt: int, reported_prompt: int) -> None:
-        """Feed one provider response into the tokenizer calibration."""
+        """Feed one provider response (its reported prompt size) into the tokenizer calibration.
+
+        The calibration learns what the check applies it to: when an earlier reply on the same
+        model input reported usage, the check is that usage plus the calibrated estimate of the
+        entries appended since, so the sample is that span (its estimate against the growth of
+        the reported prompt), exactly the span :func:`soba_notebook.views.estimator_report`
+        measures. Without one, the whole request (``estimated_prompt``) is the sample.
+        """
+        start = self._catch_up()
+        pos = self._usage_pos(start)
+        if pos is not None:
+            usage = self.store.get(self._path[pos]).usage  # type: ignore[index]
+            grown = reported_prompt - (usage.prompt_tokens if usage is not None else 0)
+            span = self._since(pos)
+            if usage is not None and usage.prompt_tokens > 0 and grown > 0 and span > 0:
+                self.counter.observe_usage(span, grown)
+                return
         self.counter.observe_usage(estimated_prompt, reported_prompt)
