@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .session.entries import Entry
+from .session.model_input import ModelInputBuilder
 from .session.store import SessionStore
 from .tokens import REPLY_PRIMING, TokenCounter
 
@@ -68,24 +69,26 @@ class BudgetTracker:
     """
 
     def __init__(self, store: SessionStore, counter: TokenCounter, *, context_window: int, hard: int, soft: int,
-                 base_tokens: int = 0, capsule_tokens: Callable[[Entry], int] | None = None) -> None:
+                 base_tokens: int = 0, capsule_tokens: Callable[[Entry], int] | None = None,
+                 inputs: ModelInputBuilder | None = None) -> None:
         self.store = store
         self.counter = counter
         self.context_window = context_window
         self.hard = hard
         self.soft = soft
         self.base_tokens = base_tokens
+        self.inputs = inputs if inputs is not None else ModelInputBuilder(store)
         self._capsule_tokens = capsule_tokens or (lambda e: counter.count_text(str(e.data.get("state", ""))))
         self._reset()
 
     def _reset(self) -> None:
         self._path: list[str] | None = None
+        self._base = 0  # path position of _cum[0]: counting starts where the model input starts
         self._seen = 0
         self._cum: list[int] = [0]
-        self._start = 0
-        self._capsule: Entry | None = None
+        self._capsule_id: str | None = None
         self._capsule_cost = 0
-        self._usage_pos: int | None = None
+        self._usage: dict[str, int] = {}  # context key -> path position of its latest reply with usage
 
     def invalidate(self) -> None:
         """Forget everything (after a config change that alters counts)."""
@@ -93,50 +96,80 @@ class BudgetTracker:
 
     @property
     def context_key(self) -> str:
-        return f"capsule:{self._capsule.id}" if self._capsule is not None else "root"
+        return self.inputs.key
 
-    def _catch_up(self) -> None:
+    def _catch_up(self) -> int:
+        """Count what was appended since the last call; returns where the model input starts.
+
+        Only entries from the start of the model input (the capsule in force's first kept entry,
+        or the root) are ever counted here: reopening a long compacted session tokenizes its
+        tail, not its history. Older counts are left to whoever asks for them (the views).
+        """
+        inputs = self.inputs
+        start = inputs.start
         path = self.store.path_ids()
-        if path is not self._path or len(path) < self._seen:
+        if path is not self._path or len(path) < self._seen or start < self._base:
             self._reset()
-            self._path = path
+            self._path, self._base, self._seen = path, start, start
+        capsule = inputs.capsule
+        cid = capsule.id if capsule is not None else None
+        if cid != self._capsule_id:
+            self._capsule_id = cid
+            self._capsule_cost = self._capsule_tokens(capsule) if capsule is not None else 0
         get = self.store.get
         count = self.counter.count_entry
-        cum = self._cum
+        cum, usage = self._cum, self._usage
         for pos in range(self._seen, len(path)):
             entry = get(path[pos])
             cum.append(cum[-1] + count(entry))
-            if entry.type == "capsule":
-                self._capsule = entry
-                self._capsule_cost = self._capsule_tokens(entry)
-                first = entry.data.get("firstKeptEntryId")
-                fk = self.store.path_position(first) if isinstance(first, str) else None
-                self._start = fk if fk is not None and fk < pos else pos + 1
-                self._usage_pos = None
-            elif entry.role == "assistant" and entry.message.get("usage") is not None \
-                    and (entry.message.get("contextKey") or "root") == self.context_key:
-                self._usage_pos = pos
+            if entry.role == "assistant" and entry.message.get("usage") is not None:
+                usage[entry.message.get("contextKey") or "root"] = pos
         self._seen = len(path)
+        return start
+
+    def _since(self, pos: int) -> int:
+        """Raw tokens of the entries at path positions ``pos`` and after."""
+        return self._cum[-1] - self._cum[pos - self._base]
+
+    def _usage_pos(self, start: int) -> int | None:
+        pos = self._usage.get(self.inputs.key)
+        return pos if pos is not None and pos >= start else None
 
     def estimate_raw(self) -> int:
         """Uncalibrated estimate of the whole next request."""
-        self._catch_up()
-        return self.base_tokens + self._capsule_cost + (self._cum[-1] - self._cum[self._start]) + REPLY_PRIMING
+        start = self._catch_up()
+        return self.base_tokens + self._capsule_cost + self._since(start) + REPLY_PRIMING
 
     def check(self) -> BudgetCheck:
-        self._catch_up()
+        start = self._catch_up()
         estimate = self.counter.calibrated(self.estimate_raw())
         effective, source = estimate, "estimated"
-        pos = self._usage_pos
-        if pos is not None and pos >= self._start:
+        pos = self._usage_pos(start)
+        if pos is not None:
             usage = self.store.get(self._path[pos]).usage  # type: ignore[index]
             if usage is not None and usage.prompt_tokens > 0:
-                appended = self._cum[-1] - self._cum[pos]  # the reply itself and everything after it
+                appended = self._since(pos)  # the reply itself and everything after it
                 effective = usage.prompt_tokens + self.counter.calibrated(appended)
                 source = "provider_usage"
         return BudgetCheck(effective, self.hard, self.soft, self.context_window, source, estimate,
                            self.context_key, self.store.leaf_id)
 
     def observe_usage(self, estimated_prompt: int, reported_prompt: int) -> None:
-        """Feed one provider response into the tokenizer calibration."""
+        """Feed one provider response (its reported prompt size) into the tokenizer calibration.
+
+        The calibration learns what the check applies it to: when an earlier reply on the same
+        model input reported usage, the check is that usage plus the calibrated estimate of the
+        entries appended since, so the sample is that span (its estimate against the growth of
+        the reported prompt), exactly the span :func:`soba_notebook.views.estimator_report`
+        measures. Without one, the whole request (``estimated_prompt``) is the sample.
+        """
+        start = self._catch_up()
+        pos = self._usage_pos(start)
+        if pos is not None:
+            usage = self.store.get(self._path[pos]).usage  # type: ignore[index]
+            grown = reported_prompt - (usage.prompt_tokens if usage is not None else 0)
+            span = self._since(pos)
+            if usage is not None and usage.prompt_tokens > 0 and grown > 0 and span > 0:
+                self.counter.observe_usage(span, grown)
+                return
         self.counter.observe_usage(estimated_prompt, reported_prompt)

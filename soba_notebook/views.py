@@ -11,6 +11,7 @@ time. Columns and dtypes are stable and documented in each function's docstring.
 >>> views.plot_budget(views.budget_history(path))             # doctest: +SKIP
 >>> views.compare(path, {"65k": {"contextWindow": 65000},     # doctest: +SKIP
 ...                      "keep 8k": {"keepRecentTokens": 8000}})
+>>> views.simulate_many("trajectories/", {"65k": {"contextWindow": 65000}})  # doctest: +SKIP
 
 The implementation lives in :mod:`soba_notebook.analysis`; this module is its public face.
 """
@@ -22,6 +23,7 @@ from .analysis import (
     CAPSULE_COLUMNS,
     COMPARE_COLUMNS,
     ESTIMATOR_COLUMNS,
+    FLEET_COLUMNS,
     INFERENCE_COLUMNS,
     TRANSCRIPT_COLUMNS,
     CapsuleView,
@@ -39,6 +41,7 @@ from .analysis import (
     open_session,
     plot_budget,
     simulate,
+    simulate_many,
     synthetic_session,
     transcript,
 )
@@ -48,6 +51,7 @@ __all__ = [
     "CAPSULE_COLUMNS",
     "COMPARE_COLUMNS",
     "ESTIMATOR_COLUMNS",
+    "FLEET_COLUMNS",
     "INFERENCE_COLUMNS",
     "TRANSCRIPT_COLUMNS",
     "CapsuleView",
@@ -65,6 +69,7 @@ __all__ = [
     "open_session",
     "plot_budget",
     "simulate",
+    "simulate_many",
     "synthetic_session",
     "transcript",
 ]

@@ -656,3 +656,21 @@ def test_importers_stay_headless() -> None:
             "bad = [n for n in ('IPython', 'pandas', 'ipywidgets', 'anywidget') if n in sys.modules]\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_import_writes_in_batches_and_repairs_lone_surrogates_in_any_entry(tmp_path: Path) -> None:
+    from soba_notebook.importers import import_transcript_with_report
+
+    messages = [{"role": "system", "content": "sys"}]
+    for i in range(2_500):
+        messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}"})
+    raw = json.dumps({"messages": messages})
+    raw = raw.replace('"message 2400"', '"bad \\ud800 text"').replace('"message 7"', '"also \\udfff bad"')
+    source = tmp_path / "chat.json"
+    source.write_text(raw)
+    path, report = import_transcript_with_report(source, tmp_path / "sessions", format="openai_messages")
+    store = SessionStore.open(path)
+    contents = [e.text for e in store.entries() if e.type == "message"]
+    assert len(contents) == 2_500 and report.message_entries == 2_500
+    assert "bad \ufffd text" in contents and "also \ufffd bad" in contents
+    assert sum("unpaired UTF-16 surrogates" in p for p in report.problems) == 2

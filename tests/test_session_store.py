@@ -257,3 +257,91 @@ def test_capsule_whose_first_kept_entry_is_not_on_the_path_is_warned_not_silent(
     with pytest.warns(UserWarning, match="firstKeptEntryId 'ghost' is not on the path"):
         ctx = build_context(store.path())
     assert [e.id for e in ctx.messages] == [after.id]
+
+
+def test_open_streams_the_file_in_chunks_and_reads_the_same_entries_as_in_one_piece(tmp_path, monkeypatch) -> None:
+    import warnings
+
+    from soba_notebook.session import store as store_module
+
+    store = SessionStore.create(tmp_path)
+    for i in range(40):
+        store.append(user_message(f"entry {i} with ünïcödé and an emoji 🎉 " + "x" * (i * 7)))
+    with open(store.file, "ab") as fh:
+        fh.write(b'{"type": "message", bad json\n\n{"type":"message","id":"torn","parentId":null,"message":{"ro')
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for chunk in (1, 7, 64, 300):
+            monkeypatch.setattr(store_module, "OPEN_CHUNK_BYTES", 1 << 30)
+            whole = SessionStore.open(store.file)
+            monkeypatch.setattr(store_module, "OPEN_CHUNK_BYTES", chunk)
+            streamed = SessionStore.open(store.file)
+            assert streamed.entries() == whole.entries()
+            assert [e.line for e in streamed.entries()] == [e.line for e in whole.entries()]
+            assert streamed.problems == whole.problems and len(whole.problems) == 2
+            assert streamed.leaf_id == whole.leaf_id and streamed._offset == whole._offset
+            assert streamed._line_no == whole._line_no
+            streamed.append(user_message("after"))  # the next round reads a file that grew
+
+
+def test_append_many_writes_the_same_lines_as_one_append_each(tmp_path) -> None:
+    from soba_notebook.session import Entry
+
+    def batch() -> list[Entry]:
+        out = [Entry("message", {"message": {"role": "user", "content": f"m{i} \u2028 ✓"}}, id=f"e{i}",
+                     ts="2026-01-01T00:00:00.000Z") for i in range(5)]
+        out.append(Entry("leaf", {"targetId": "e2", "reason": "rewind"}, id="l1", ts="2026-01-01T00:00:00.000Z"))
+        out.append(Entry("message", {"message": {"role": "user", "content": "on a branch"}}, id="b1",
+                         ts="2026-01-01T00:00:00.000Z"))
+        return out
+
+    one = SessionStore.create(tmp_path / "one", session_id="s")
+    for entry in batch():
+        one.append(entry)
+    many = SessionStore.create(tmp_path / "many", session_id="s")
+    written = many.append_many(batch())
+    tail = lambda store: store.file.read_bytes().split(b"\n", 1)[1]  # noqa: E731 - the header holds a time
+    assert tail(many) == tail(one)
+    assert [e.line for e in written] == [e.line for e in one.entries()] == list(range(2, 9))
+    assert written[-1].parent_id == "e2" and many.leaf_id == "b1" == one.leaf_id
+    assert [e.id for e in many.path()] == ["e0", "e1", "e2", "b1"]
+    assert SessionStore.open(many.file).entries() == many.entries()
+
+
+def test_append_many_takes_one_lock_and_one_fsync_per_batch(tmp_path, monkeypatch) -> None:
+    from soba_notebook.session import store as store_module
+
+    store = SessionStore.create(tmp_path, fsync=True)
+    calls = {"fsync": 0, "lock": 0}
+    real_fsync, real_flock = os.fsync, store_module.fcntl.flock
+
+    def fsync(fd: int) -> None:
+        calls["fsync"] += 1
+        real_fsync(fd)
+
+    def flock(fd: int, op: int) -> None:
+        if op & store_module.fcntl.LOCK_EX:
+            calls["lock"] += 1
+        real_flock(fd, op)
+
+    monkeypatch.setattr(store_module.os, "fsync", fsync)
+    monkeypatch.setattr(store_module.fcntl, "flock", flock)
+    store.append_many([user_message(f"m{i}") for i in range(500)])
+    assert calls == {"fsync": 1, "lock": 1}
+    assert len(SessionStore.open(store.file)) == 500
+
+
+def test_append_many_writes_nothing_when_one_entry_is_invalid(tmp_path) -> None:
+    from soba_notebook.session import Entry
+    from soba_notebook.session.store import BatchEntryError
+
+    store = SessionStore.create(tmp_path)
+    store.append(user_message("first"))
+    size = store.file.stat().st_size
+    bad = [user_message("ok"), Entry("message", {"message": {"role": "user", "content": "\ud800"}}), user_message("x")]
+    with pytest.raises(BatchEntryError, match="entry 1 of the batch") as err:
+        store.append_many(bad)
+    assert err.value.index == 1
+    with pytest.raises(SessionError, match="already exists"):
+        store.append_many([user_message("a").with_ids("dup", None, "t"), user_message("b").with_ids("dup", None, "t")])
+    assert store.file.stat().st_size == size and len(store) == 1

@@ -9,6 +9,7 @@ from ._common import SessionLike, open_session
 from .budget_view import BUDGET_COLUMNS, budget_history, plot_budget
 from .demo import DemoSession, demo_session, newest_session, synthetic_session
 from .estimator import ESTIMATOR_COLUMNS, estimator_report, estimator_summary
+from .fleet import FLEET_COLUMNS, simulate_many
 from .frames import CAPSULE_COLUMNS, TRANSCRIPT_COLUMNS, capsules, flight_records, transcript
 from .simulation import COMPARE_COLUMNS, INFERENCE_COLUMNS, CapsuleView, SimulationView, compare, simulate
 
@@ -17,6 +18,7 @@ __all__ = [
     "CAPSULE_COLUMNS",
     "COMPARE_COLUMNS",
     "ESTIMATOR_COLUMNS",
+    "FLEET_COLUMNS",
     "INFERENCE_COLUMNS",
     "TRANSCRIPT_COLUMNS",
     "CapsuleView",
@@ -34,6 +36,7 @@ __all__ = [
     "open_session",
     "plot_budget",
     "simulate",
+    "simulate_many",
     "synthetic_session",
     "transcript",
 ]

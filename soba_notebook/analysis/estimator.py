@@ -10,7 +10,11 @@ between: reply *n* itself and everything after it up to request *n+1*. So
 
 is a per-span ground truth for the estimator. The report gives each span's error before
 calibration and after it, where the :class:`~soba_notebook.tokens.Calibration` ratio applied to a
-span was learned only from the spans before it (no peeking at the span being measured).
+span was learned only from the spans before it (no peeking at the span being measured), fed the way
+the live budget check feeds it (:meth:`~soba_notebook.budget.BudgetTracker.observe_usage`: one
+span per reply). It also gives the error of what the live check would have said about the whole
+request, ``prompt(n) + calibrated estimate of the span``: span error and whole-request error are
+reported separately, since a 15 % error on a 300-token span is a 0.05 % error on a 90k request.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ __all__ = ["ESTIMATOR_COLUMNS", "estimator_report", "estimator_summary"]
 ESTIMATOR_COLUMNS = ("span", "from_entry_id", "to_entry_id", "model", "entries", "ts", "prompt_before", "prompt_after",
                      "real_tokens", "estimated_tokens", "error_tokens", "abs_error_tokens", "rel_error",
                      "abs_rel_error", "ratio_applied", "calibrated_tokens", "calibrated_error_tokens",
-                     "calibrated_abs_error_tokens", "calibrated_rel_error", "calibrated_abs_rel_error", "valid",
-                     "note")
+                     "calibrated_abs_error_tokens", "calibrated_rel_error", "calibrated_abs_rel_error",
+                     "request_estimate", "request_error_tokens", "request_abs_rel_error", "valid", "note")
 
 #: Entries that change the request other than by appending (a compaction, a summary of a branch).
 _RESETS = frozenset({"capsule", "imported_compaction", "compaction", "branch_summary", "leaf"})
@@ -90,6 +94,9 @@ def estimator_report(session: SessionLike) -> pd.DataFrame:
     ratio_applied               float64  calibration ratio learned from earlier spans (1.0 first)
     calibrated_tokens           Int64    round(estimated * ratio_applied)
     calibrated_*                         the same errors for the calibrated estimate
+    request_estimate            Int64    the live check's whole request: prompt_before + calibrated_tokens
+    request_error_tokens        Int64    request_estimate - prompt_after
+    request_abs_rel_error       float64  its absolute value / prompt_after
     valid                       bool     the span is a clean ground truth
     note                        string   why it is not
     =========================== ======== ===================================================
@@ -115,6 +122,7 @@ def estimator_report(session: SessionLike) -> pd.DataFrame:
         err, cal_err = estimated - real, calibrated - real
         rel = err / real if real > 0 else math.nan
         cal_rel = cal_err / real if real > 0 else math.nan
+        request = before + calibrated
         for name, value in (("span", span_no), ("from_entry_id", first.id), ("to_entry_id", last.id),
                             ("model", model or None), ("entries", len(span)), ("ts", last.ts),
                             ("prompt_before", before), ("prompt_after", after), ("real_tokens", real),
@@ -122,11 +130,16 @@ def estimator_report(session: SessionLike) -> pd.DataFrame:
                             ("rel_error", rel), ("abs_rel_error", abs(rel)), ("ratio_applied", ratio),
                             ("calibrated_tokens", calibrated), ("calibrated_error_tokens", cal_err),
                             ("calibrated_abs_error_tokens", abs(cal_err)), ("calibrated_rel_error", cal_rel),
-                            ("calibrated_abs_rel_error", abs(cal_rel)), ("valid", note is None), ("note", note)):
+                            ("calibrated_abs_rel_error", abs(cal_rel)), ("request_estimate", request),
+                            ("request_error_tokens", request - after),
+                            ("request_abs_rel_error", abs(request - after) / after if after > 0 else math.nan),
+                            ("valid", note is None), ("note", note)):
             cols[name].append(value)
     ints = ("span", "entries", "prompt_before", "prompt_after", "real_tokens", "estimated_tokens", "error_tokens",
-            "abs_error_tokens", "calibrated_tokens", "calibrated_error_tokens", "calibrated_abs_error_tokens")
-    floats = ("rel_error", "abs_rel_error", "ratio_applied", "calibrated_rel_error", "calibrated_abs_rel_error")
+            "abs_error_tokens", "calibrated_tokens", "calibrated_error_tokens", "calibrated_abs_error_tokens",
+            "request_estimate", "request_error_tokens")
+    floats = ("rel_error", "abs_rel_error", "ratio_applied", "calibrated_rel_error", "calibrated_abs_rel_error",
+              "request_abs_rel_error")
     data: dict[str, pd.Series] = {name: int64(cols[name]) for name in ints}
     data.update({name: pd.Series(cols[name], dtype="float64") for name in floats})
     data.update({
@@ -141,20 +154,26 @@ def estimator_report(session: SessionLike) -> pd.DataFrame:
 
 
 def estimator_summary(report: pd.DataFrame | SessionLike) -> pd.DataFrame:
-    """The error distribution over the valid spans, before vs after calibration.
+    """The error distribution over the valid spans: before and after calibration, and whole requests.
 
     ``report`` is an :func:`estimator_report` frame or a session to compute one for. Index
-    ``before`` / ``after`` (named ``calibration``); columns ``spans`` (Int64), ``median_abs_rel_error``,
+    ``before`` / ``after`` (span errors, named ``calibration``) and ``request`` (the live check's
+    error on the whole request, relative to the reported prompt); columns ``spans`` (Int64), ``median_abs_rel_error``,
     ``mean_abs_rel_error``, ``p90_abs_rel_error`` (fractions, 0.1 = 10 %), ``median_abs_error_tokens``,
     ``mean_abs_error_tokens`` (float64), ``real_tokens`` and ``estimated_tokens`` (Int64, totals).
     """
     df = report if isinstance(report, pd.DataFrame) else estimator_report(report)
     valid = df[df["valid"]] if len(df) else df
     rows = {}
-    for label, prefix in (("before", ""), ("after", "calibrated_")):
+    for label, prefix in (("before", ""), ("after", "calibrated_"), ("request", "request_")):
         rel = valid[f"{prefix}abs_rel_error"].astype("float64")
-        err = valid[f"{prefix}abs_error_tokens"].astype("float64")
-        est = valid["calibrated_tokens" if prefix else "estimated_tokens"]
+        if label == "request":
+            err = valid["request_error_tokens"].astype("float64").abs()
+            est, real_total = valid["request_estimate"], valid["prompt_after"]
+        else:
+            err = valid[f"{prefix}abs_error_tokens"].astype("float64")
+            est = valid["calibrated_tokens" if prefix else "estimated_tokens"]
+            real_total = valid["real_tokens"]
         rows[label] = {
             "spans": len(valid),
             "median_abs_rel_error": float(rel.median()) if len(rel) else math.nan,
@@ -162,7 +181,7 @@ def estimator_summary(report: pd.DataFrame | SessionLike) -> pd.DataFrame:
             "p90_abs_rel_error": float(rel.quantile(0.9)) if len(rel) else math.nan,
             "median_abs_error_tokens": float(err.median()) if len(err) else math.nan,
             "mean_abs_error_tokens": float(err.mean()) if len(err) else math.nan,
-            "real_tokens": int(valid["real_tokens"].sum()) if len(valid) else 0,
+            "real_tokens": int(real_total.sum()) if len(valid) else 0,
             "estimated_tokens": int(est.sum()) if len(valid) else 0,
         }
     out = pd.DataFrame.from_dict(rows, orient="index")

@@ -36,11 +36,12 @@ from ..errors import CompactionFailed, StaleLeafError, TurnCancelled
 from ..events import EventBus
 from ..flight import FlightRecorder
 from ..session.entries import Entry
+from ..session.model_input import ModelInputBuilder
 from ..session.store import SessionStore
 from ..tokens import REPLY_PRIMING, TokenCounter
 from .capsule import Capsule, render, roll, with_facts
 from .extract import deterministic_capsule, extract_facts
-from .planner import CompactionPlan, context_slice, find_cut_point
+from .planner import CompactionPlan, find_cut_point
 from .summarize import Summarizer, SummaryRequest
 from .triggers import (
     EXEMPT_FROM_SOFT_ROI,
@@ -130,9 +131,12 @@ class CompactionEngine:
         self.clock = clock
         self.intents = IntentQueue()
         self._capsule_cost: dict[str, int] = {}
+        self._capsule_msg: tuple[str | None, dict[str, Any]] | None = None
+        #: the model input of the leaf, maintained as entries are appended (never a whole-path walk)
+        self.inputs = ModelInputBuilder(store)
         self.tracker = BudgetTracker(store, counter, context_window=config.model.context_window,
                                      hard=config.hard_limit, soft=config.soft_limit, base_tokens=base_tokens,
-                                     capsule_tokens=self.capsule_tokens)
+                                     capsule_tokens=self.capsule_tokens, inputs=self.inputs)
         self.last_outcome: CompactionOutcome | None = None
         #: seconds between progress updates while a summary is generated
         self.progress_interval = 0.25
@@ -186,12 +190,19 @@ class CompactionEngine:
         return self.record_intent(Trigger.TURN_COMPLETE)
 
     def model_messages(self) -> list[dict[str, Any]]:
-        """The message part of the next request: capsule (if any) then the retained entries."""
-        from ..session.context import build_context
+        """The message part of the next request: capsule (if any) then the retained entries.
 
-        ctx = build_context(self.store.path())
-        out = [capsule_message(ctx.capsule)] if ctx.capsule is not None else []
-        out.extend(dict(e.message) for e in ctx.messages)
+        Costs O(what the request holds): the builder keeps the input up to date on append and
+        the rendered capsule is kept for as long as it is in force.
+        """
+        capsule = self.inputs.capsule
+        out: list[dict[str, Any]] = []
+        if capsule is not None:
+            cached = self._capsule_msg
+            if cached is None or cached[0] != capsule.id:
+                cached = self._capsule_msg = (capsule.id, capsule_message(capsule))
+            out.append(dict(cached[1]))
+        out.extend(dict(e.message) for e in self.inputs.messages())
         return out
 
     # -- the barrier -------------------------------------------------------------------------
@@ -241,8 +252,7 @@ class CompactionEngine:
     def plan(self, trigger: Trigger, check: BudgetCheck, *, instructions: str | None = None,
              max_tail_tokens: int | None = None) -> CompactionPlan | str:
         """The plan for compacting now, or the reason there is nothing safe to compact."""
-        path = self.store.path()
-        entries, capsule_entry = context_slice(path)
+        entries, capsule_entry = self.inputs.context_slice()
         tokens = [self.counter.count_entry(e) for e in entries]
         keep = self.config.compaction.keep_recent_tokens
         if max_tail_tokens is None and trigger in MANDATORY:
@@ -269,7 +279,7 @@ class CompactionEngine:
         and nothing is appended: the session's model input does not change. Raises
         :class:`~soba_notebook.errors.TurnCancelled` when ``cancel`` is set while it runs.
         """
-        entries, capsule_entry = context_slice(self.store.path())
+        entries, capsule_entry = self.inputs.context_slice()
         check = self.measure()
         plan = CompactionPlan(
             operation_id="op_" + secrets.token_hex(6), trigger="handoff", leaf_id=self.store.leaf_id,
@@ -438,9 +448,9 @@ class CompactionEngine:
         capsule_cost = self.counter.count_message({"role": "user", "content": text})
         tail = 0
         if plan.first_kept_entry_id is not None:
-            path = self.store.path()
-            start = next((i for i, e in enumerate(path) if e.id == plan.first_kept_entry_id), len(path))
-            tail = sum(self.counter.count_entry(e) for e in path[start:] if e.type != "capsule")
+            entries, _ = self.inputs.context_slice()
+            start = self.inputs.position_in_context(plan.first_kept_entry_id)
+            tail = sum(self.counter.count_entry(e) for e in entries[start:]) if start is not None else 0
         return self.counter.calibrated(self.base_tokens + capsule_cost + tail + REPLY_PRIMING)
 
     # -- reporting ---------------------------------------------------------------------------

@@ -21,7 +21,6 @@ from pathlib import Path
 from ..config import SobaConfig
 from ..errors import CompactionFailed
 from ..events import Event, EventBus
-from ..session.context import build_context, pair_problems
 from ..session.entries import Entry
 from ..session.store import SessionStore
 from ..tokens import TokenCounter
@@ -67,6 +66,41 @@ def _dangling_calls(entries: Sequence[Entry]) -> set[str]:
     return {c.id for e in entries if e.role == "assistant" for c in e.tool_calls if c.id not in answered}
 
 
+class _PairCheck:
+    """``pair_problems`` of the model input, kept up to date as the replay appends to it.
+
+    Recomputed only when the builder starts over (a capsule moved the start of the input); in
+    between the input only grows, so each inference checks just the entries appended since.
+    """
+
+    def __init__(self, engine: CompactionEngine) -> None:
+        self.inputs = engine.inputs
+        self._rebuilds = -1
+        self._seen = 0
+        self._open: dict[str, str] = {}
+        self._calls: set[str] = set()
+        self._orphans: list[str] = []
+
+    def problems(self) -> list[str]:
+        messages = self.inputs.messages()
+        if self.inputs.rebuilds != self._rebuilds or len(messages) < self._seen:
+            self._rebuilds, self._seen = self.inputs.rebuilds, 0
+            self._open, self._calls, self._orphans = {}, set(), []
+        for e in messages[self._seen:]:
+            role = e.role
+            if role == "assistant":
+                for call in e.tool_calls:
+                    self._open[call.id] = e.id or "?"
+                    self._calls.add(call.id)
+            elif role == "tool":
+                cid = e.tool_call_id or ""
+                if cid not in self._calls:
+                    self._orphans.append(f"tool result {e.id} has no call {cid!r} before it")
+                self._open.pop(cid, None)
+        self._seen = len(messages)
+        return [*self._orphans, *(f"tool call {cid!r} in {eid} has no result" for cid, eid in self._open.items())]
+
+
 def replay(source: Sequence[Entry], config: SobaConfig, *, counter: TokenCounter | None = None,
            base_tokens: int = 0, workdir: str | Path | None = None) -> SimulationResult:
     """Replay ``source`` (entries on a root-to-leaf path) and report every inference."""
@@ -88,6 +122,7 @@ async def _replay(source: Sequence[Entry], config: SobaConfig, counter: TokenCou
     bus.subscribe(lambda e: ends.append(e) if e.type == "compaction_end" else None)
     engine = CompactionEngine(store, config, counter, bus=bus, summarizer=None, base_tokens=base_tokens)
     dangling = _dangling_calls(source)
+    pairs = _PairCheck(engine)
     records: list[InferenceRecord] = []
     turn, turn_no, inference = TurnState(), 0, 0
     for entry in source:
@@ -105,8 +140,7 @@ async def _replay(source: Sequence[Entry], config: SobaConfig, counter: TokenCou
             except CompactionFailed:
                 after, blocked = engine.measure(), True
             end = ends[-1].data if ends else None
-            ctx = build_context(store.path())
-            problems = [p for p in pair_problems(ctx.messages)
+            problems = [p for p in pairs.problems()
                         if not any(f"'{cid}'" in p and "has no result" in p for cid in dangling)]
             records.append(InferenceRecord(
                 index=inference, entry_id=entry.id, turn=turn_no, effective_tokens=before.effective,

@@ -1,7 +1,8 @@
 """Importers: transcripts recorded by other coding agents, turned into new SOBA sessions.
 
 This package owns the step *foreign transcript file → new SOBA session file*. The public entry
-points are :func:`import_transcript` and :func:`import_transcript_with_report`; format modules
+points are :func:`import_transcript`, :func:`import_transcript_with_report` and (a whole folder, in
+parallel) :func:`import_transcripts`; format modules
 (:mod:`.pi`, :mod:`.claude_code`, :mod:`.openai_messages`) convert a source into a list of
 :class:`Planned` entries, and this module writes them through :meth:`SessionStore.append`, so an
 imported session obeys every rule of a native one (append-only, one line per entry, a tree with
@@ -41,7 +42,7 @@ from typing import Any
 
 from ..errors import SessionError
 from ..session.entries import Entry, new_id
-from ..session.store import SessionStore
+from ..session.store import BatchEntryError, SessionStore
 from ._common import (
     IMAGE_PLACEHOLDER,
     Converted,
@@ -57,11 +58,13 @@ from ._common import (
     user_data,
 )
 from .detect import FORMATS, detect_format, detect_format_of
+from .fleet import FolderImport, import_transcripts, transcript_files
 
 __all__ = [
     "FORMATS",
     "IMAGE_PLACEHOLDER",
     "Converted",
+    "FolderImport",
     "ImportLog",
     "ImportReport",
     "Planned",
@@ -70,9 +73,11 @@ __all__ = [
     "detect_format",
     "import_transcript",
     "import_transcript_with_report",
+    "import_transcripts",
     "iso_timestamp",
     "parse_arguments",
     "tool_data",
+    "transcript_files",
     "unknown_block",
     "usage_json",
     "user_data",
@@ -162,11 +167,12 @@ def import_transcript_with_report(source_path: str | os.PathLike[str], sessions_
         meta["importedInfo"] = dict(converted.info)
     store = SessionStore.create(sessions_dir, session_id=session_id, meta=meta)
     where_by_id = _write(converted.entries, store, log)
-    pairs = _check_tool_pairs(store.entries(), where_by_id, log)
-    messages = sum(1 for e in store.entries() if e.type == "message")
+    written = store.entries()
+    pairs = _check_tool_pairs(written, where_by_id, log)
+    messages = sum(1 for e in written if e.type == "message")
     report = ImportReport(
         format=format, source=source, session=store.file, sha256=digest,
-        entries_written=len(store.entries()), source_messages=converted.source_messages,
+        entries_written=len(written), source_messages=converted.source_messages,
         message_entries=messages, tool_calls=pairs[0], tool_results=pairs[1],
         unpaired_tool_calls=pairs[2], orphan_tool_results=pairs[3], problems=tuple(log.problems),
         skipped=dict(log.skipped), seconds=time.perf_counter() - started)
@@ -205,6 +211,8 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog) -> d
     prev: str | None = None
     leaf_target: str | None = None
     tree_written = False
+    batch: list[Entry] = []
+    wheres: list[str] = []
     for p in planned:
         eid = None
         if p.ref is not None and p.keep_id and _ID_OK.match(p.ref) and p.ref not in used:
@@ -232,12 +240,10 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog) -> d
             value = data.get(key)
             if isinstance(value, str) and value in refmap:
                 data[key] = refmap[value]
-        entry = Entry(p.type, data, id=eid, parent_id=parent, ts=ts)
-        try:
-            store.append(entry)
-        except UnicodeEncodeError:  # lone surrogates from \\ud800-style escapes in the source
-            log.problem(p.where, "text holds unpaired UTF-16 surrogates; replaced with U+FFFD")
-            store.append(Entry(p.type, _scrub(data), id=eid, parent_id=parent, ts=ts))
+        batch.append(Entry(p.type, data, id=eid, parent_id=parent, ts=ts))
+        wheres.append(p.where)
+        if len(batch) >= _BATCH:
+            _flush(store, batch, wheres, log)
         used.add(eid)
         where_by_id[eid] = p.where
         if p.ref is not None:
@@ -248,14 +254,36 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog) -> d
         tree_written = tree_written or p.tree
         if p.leaf_candidate:
             leaf_target = eid
+    _flush(store, batch, wheres, log)
     if leaf_target is not None and store.leaf_id != leaf_target:
         store.rewind(leaf_target, reason="import")
     return where_by_id
 
 
+#: Entries written per batch: one lock and one write each (a per-entry append cost 8-10x the floor).
+_BATCH = 2_000
+
+
+def _flush(store: SessionStore, batch: list[Entry], wheres: list[str], log: ImportLog) -> None:
+    """Append ``batch`` in one go and empty it (and ``wheres``, the source location of each)."""
+    while batch:
+        try:
+            store.append_many(batch)
+        except BatchEntryError as exc:
+            if not isinstance(exc.__cause__, UnicodeEncodeError):
+                raise
+            # lone surrogates from \\ud800-style escapes in the source
+            e = batch[exc.index]
+            log.problem(wheres[exc.index], "text holds unpaired UTF-16 surrogates; replaced with U+FFFD")
+            batch[exc.index] = Entry(e.type, _scrub(dict(e.data)), e.id, e.parent_id, e.ts)
+            continue
+        batch.clear()
+        wheres.clear()
+
+
 def _scrub(value: Any) -> Any:
     if isinstance(value, str):
-        return value.encode("utf-8", errors="replace").decode("utf-8")
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")  # lone ones -> U+FFFD
     if isinstance(value, Mapping):
         return {_scrub(k): _scrub(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -280,12 +308,14 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
     stack: list[tuple[Entry, bool]] = [(e, False) for e in reversed(children.get(None, []))]
     while stack:
         e, leaving = stack.pop()
-        own = [c.id for c in e.tool_calls] if e.role == "assistant" else []
+        msg = e.message
+        role = msg.get("role")
+        own = [c.id for c in e.tool_calls] if role == "assistant" and msg.get("toolCalls") else []
         if leaving:
             for cid in own:
                 open_calls[cid].pop()
             continue
-        if e.type == "message" and e.role == "tool":
+        if role == "tool":
             results += 1
             cid = e.tool_call_id or ""
             owners = open_calls.get(cid)
@@ -301,7 +331,7 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
         stack.extend((c, False) for c in reversed(children.get(e.id, [])))
     unpaired = 0
     for e in entries:
-        if e.type == "message" and e.role == "assistant":
+        if e.role == "assistant" and e.message.get("toolCalls"):
             for call in e.tool_calls:
                 calls += 1
                 if (e.id, call.id) not in answered:

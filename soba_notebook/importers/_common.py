@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -122,6 +123,12 @@ def iso_timestamp(value: Any) -> str | None:
         text = value.strip()
         if not text:
             return None
+        if _CANONICAL_TS.fullmatch(text):  # already the form we write (most sources): validate, keep
+            try:
+                datetime.fromisoformat(text[:-1])
+            except ValueError:
+                return None
+            return text
         try:
             number = float(text)
         except ValueError:
@@ -136,6 +143,9 @@ def iso_timestamp(value: Any) -> str | None:
         except (OverflowError, OSError, ValueError):
             return None
     return None
+
+
+_CANONICAL_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
 def _iso_from_text(text: str) -> str | None:

@@ -37,10 +37,14 @@ from typing import Any
 from ..errors import SessionError, SessionLockedError, SessionWarning, StaleLeafError
 from .entries import Entry, new_id, now_iso
 
-__all__ = ["FORMAT_VERSION", "SessionInfo", "SessionStore", "list_sessions"]
+__all__ = ["FORMAT_VERSION", "BatchEntryError", "SessionInfo", "SessionStore", "list_sessions"]
 
 _SCANNER = json.scanner.make_scanner(json.JSONDecoder())
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _BAD = object()
+
+#: How much of a session file :meth:`SessionStore.open` reads and parses at a time.
+OPEN_CHUNK_BYTES = 8 << 20
 
 #: Version of the on-disk format written in every header. Readers accept older and newer files
 #: (newer ones read-only, with unknown entry types kept and ignored).
@@ -124,18 +128,18 @@ class SessionStore:
         with fh:
             fcntl.flock(fh.fileno(), fcntl.LOCK_SH)  # a writer mid-append finishes first
             try:
-                raw = fh.read()
+                size = os.fstat(fh.fileno()).st_size  # no writer is mid-append: these bytes are final
             finally:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-        first_nl = raw.find(b"\n")
-        if first_nl < 0:
-            raise SessionError(f"{file}:1: missing session header (file is empty or has no complete line)")
-        header = cls._parse_header(file, raw[:first_nl])
-        store = cls(file, header, fsync=fsync, lock_timeout=lock_timeout, clock=clock)
-        store._offset = first_nl + 1
-        store._line_no = 1
-        # Under the shared lock no writer is mid-write: an unterminated last line is torn.
-        store._consume(raw, 0, tail_is_torn=True)
+            first = fh.readline(size)
+            if not first.endswith(b"\n"):
+                raise SessionError(f"{file}:1: missing session header (file is empty or has no complete line)")
+            header = cls._parse_header(file, first[:-1])
+            store = cls(file, header, fsync=fsync, lock_timeout=lock_timeout, clock=clock)
+            store._offset = len(first)
+            store._line_no = 1
+            # Appends only ever add after ``size``: an unterminated last line before it is torn.
+            store._consume_stream(fh, size - len(first))
         return store
 
     @staticmethod
@@ -200,6 +204,39 @@ class SessionStore:
         if new:
             self.version += 1
         return new
+
+    def _consume_stream(self, fh: Any, remaining: int) -> None:
+        """Index the next ``remaining`` bytes of ``fh`` (positioned at ``self._offset``), a chunk of
+        complete lines at a time.
+
+        Peak memory stays at the parsed entries plus one chunk: the file is never held whole,
+        neither as bytes nor as one decoded string (one emoji makes Python store a whole string
+        at four bytes per character). A line longer than a chunk is read on until it ends.
+        """
+        chunk_size = OPEN_CHUNK_BYTES
+        carry = b""
+        paused = gc.isenabled()  # see _consume: nothing loaded here can form a cycle
+        if paused:
+            gc.disable()
+        try:
+            while remaining > 0:
+                block = fh.read(min(chunk_size, remaining))
+                if not block:
+                    break
+                remaining -= len(block)
+                buf = carry + block if carry else block
+                if buf.rfind(b"\n") < 0:
+                    carry = buf  # no complete line yet: read on
+                    continue
+                base = self._offset
+                self._consume(buf, base, tail_is_torn=False)
+                carry = buf[self._offset - base:]
+                del buf, block
+            if carry:
+                self._consume(carry, self._offset, tail_is_torn=True)
+        finally:
+            if paused:
+                gc.enable()
 
     def _parse_lines(self, region: bytes, first_line: int) -> Iterator[tuple[int, Any]]:
         """(line number, parsed value) for every non-blank line; bad lines are reported and skipped.
@@ -420,6 +457,74 @@ class SessionStore:
             self.version += 1
             return entry
 
+    def append_many(self, entries: list[Entry]) -> list[Entry]:
+        """Append ``entries`` in order with one lock, one ``write`` and at most one ``fsync``.
+
+        For importers and other bulk writers. Each entry is still one line and gets ``id``,
+        ``parentId`` (default: the entry before it, or the leaf) and ``ts`` filled in as
+        :meth:`append` would; a ``leaf`` entry in the batch moves the default parent of the entries
+        after it. All lines are serialized before anything is written: if one entry is invalid
+        (a duplicate id, not JSON-serializable, text that is not encodable) nothing is written and
+        the error names its index in the batch.
+        """
+        if self.read_only:
+            raise SessionError(f"{self.file}: written by a newer format (version {self.header.get('version')}); "
+                               f"this soba_notebook only reads it")
+        if not entries:
+            return []
+        with self._mutex, self._locked():
+            self._catch_up_locked()
+            filled, data = self._serialize_batch(entries)
+            fd = os.open(self.file, os.O_WRONLY | os.O_APPEND)
+            try:
+                view = memoryview(data)
+                while view:  # regular files write fully; loop only to be exact about it
+                    view = view[os.write(fd, view):]
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            self._needs_newline = False
+            self._offset += len(data)
+            out: list[Entry] = []
+            for entry in filled:
+                self._line_no += 1
+                entry = Entry(entry.type, entry.data, entry.id, entry.parent_id, entry.ts, self._line_no)
+                self._index(entry)
+                out.append(entry)
+            self.version += 1
+            return out
+
+    def _serialize_batch(self, entries: list[Entry]) -> tuple[list[Entry], bytes]:
+        leaf = self._leaf
+        batch_ids: set[str] = set()
+        filled: list[Entry] = []
+        parts: list[bytes] = [b""] if self._needs_newline else []
+        stamp = now_iso(self._clock() if self._clock else None)
+        for i, entry in enumerate(entries):
+            entry = entry.with_ids(entry.id or new_id(), entry.parent_id if entry.parent_id is not None else leaf,
+                                   entry.ts or stamp)
+            if entry.id in self._by_id or entry.id in batch_ids:
+                raise SessionError(f"{self.file}: entry {i} of the batch: id {entry.id!r} already exists; "
+                                   f"nothing was appended")
+            try:
+                payload = _ENCODE(entry.to_json())
+                if "\u2028" in payload or "\u2029" in payload:
+                    payload = payload.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+                parts.append(payload.encode())
+            except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+                raise BatchEntryError(i, f"{self.file}: entry {i} of the batch (type {entry.type!r}) cannot be "
+                                          f"written: {exc}; nothing was appended") from exc
+            batch_ids.add(entry.id)  # type: ignore[arg-type]
+            filled.append(entry)
+            if entry.type == "leaf":
+                target = entry.data.get("targetId")
+                leaf = target if isinstance(target, str) and (target in self._by_id or target in batch_ids) else None
+            else:
+                leaf = entry.id
+        parts.append(b"")
+        return filled, b"\n".join(parts)
+
     def rewind(self, entry_id: str, reason: str = "rewind") -> Entry:
         """Move the leaf to ``entry_id`` by appending a ``leaf`` entry; no earlier line changes."""
         from .entries import leaf_marker
@@ -455,6 +560,14 @@ class SessionStore:
             yield
         finally:
             os.close(fd)  # releases the lock
+
+
+class BatchEntryError(SessionError):
+    """One entry of :meth:`SessionStore.append_many` cannot be written; ``index`` says which."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 def list_sessions(directory: str | os.PathLike[str]) -> list[SessionInfo]:
