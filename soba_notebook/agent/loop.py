@@ -31,6 +31,7 @@ from ..providers.base import ModelRequest, ModelResponse, Provider, StreamEvent,
 from ..session.entries import Entry, assistant_message, checkpoint, config_change, tool_result, user_message
 from ..session.store import SessionStore
 from ..tokens import TokenCounter
+from .confine import check_workspace_root
 from .secrets import scrub, scrub_value, secret_values
 from .skills import SkillRegistry
 from .tools import ToolContext, ToolRegistry, default_tools
@@ -66,6 +67,8 @@ class Agent:
         self.provider = provider
         self.bus = bus or EventBus()
         self.workspace = Path(workspace or config.tools.workspace).expanduser().resolve()
+        check_workspace_root(self.workspace, allow_broad=config.tools.allow_broad_workspace,
+                             source=config.sources.get("tools.workspace", "tools.workspace"))
         self.counter = counter or TokenCounter(config.model.model)
         self.tools = tools or default_tools(config.tools)
         self.skills = SkillRegistry(self.workspace)

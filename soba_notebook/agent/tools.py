@@ -291,7 +291,7 @@ def _file_raw(result: ws.FileResult) -> _Raw:
 
 async def _read_file(args: dict[str, Any], ctx: ToolContext) -> _Raw:
     return _file_raw(await asyncio.to_thread(ws.read_file, ctx.workspace, args["path"], args.get("start_line"),
-                                             args.get("end_line")))
+                                             args.get("end_line"), ctx.config.max_output_chars))
 
 
 async def _write_file(args: dict[str, Any], ctx: ToolContext) -> _Raw:
