@@ -2,7 +2,8 @@
 
 ``.soba/flight.jsonl`` is for diagnosis and analysis (``views.flight_records``). A record holds
 ids, triggers, limits, outcomes, durations and token figures; never summary text, never a
-secret. Records are written with one ``write`` under an exclusive lock, like the session store.
+secret (every string passes through the one scrubber, :mod:`.scrub`). Records are written
+with one ``write`` under an exclusive lock, like the session store.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .events import Event
+from .scrub import Scrubber
 from .session.entries import now_iso
 
 __all__ = ["FORBIDDEN_FIELDS", "FlightRecorder", "read_flight_records"]
@@ -36,7 +38,8 @@ class FlightRecorder:
         leaked = FORBIDDEN_FIELDS.intersection(fields)
         if leaked:
             raise ValueError(f"flight records never hold summary contents; refusing fields {sorted(leaked)}")
-        rec: dict[str, Any] = {"kind": kind, "ts": now_iso(), "sessionId": self.session_id, **fields}
+        rec: dict[str, Any] = {"kind": kind, "ts": now_iso(), "sessionId": self.session_id,
+                               **Scrubber.from_environ().json(dict(fields))}
         line = (json.dumps(rec, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)

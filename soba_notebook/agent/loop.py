@@ -32,7 +32,7 @@ from ..session.entries import Entry, assistant_message, checkpoint, config_chang
 from ..session.store import SessionStore
 from ..tokens import TokenCounter
 from .confine import check_workspace_root
-from .secrets import scrub, scrub_value, secret_values
+from .secrets import Scrubber, current_scrubber
 from .skills import SkillRegistry
 from .tools import ToolContext, ToolRegistry, default_tools
 
@@ -73,7 +73,7 @@ class Agent:
         self.tools = tools or default_tools(config.tools)
         self.skills = SkillRegistry(self.workspace)
         self._restore_skills()
-        self._secrets = secret_values(extra_names=tuple(filter(None, [config.model.api_key_env])))
+        self._scrubber = self._fresh_scrubber()
         self.summary_provider = summary_provider or provider
         summarizer = ModelSummarizer(self._summary_complete, self.counter,
                                      context_window=config.model.context_window,
@@ -84,10 +84,19 @@ class Agent:
             self.workspace, config.tools, store=store, user_namespace=user_namespace,
             record_intent=lambda kind, note: self.engine.record_intent(kind, note),
             append_checkpoint=lambda kind, note: self._append(checkpoint(kind, note)), skills=self.skills,
-            hidden_env=frozenset(n for n in self._secrets.values()))
+            hidden_env=self._scrubber.names, scrubber=self._scrubber)
         self._refresh_base_tokens()
 
     # -- set-up ------------------------------------------------------------------------------
+    def _fresh_scrubber(self) -> Scrubber:
+        return current_scrubber(extra_names=tuple(filter(None, [self.config.model.api_key_env])))
+
+    def refresh_secrets(self) -> None:
+        """Re-read the environment's secrets (a variable set after start); done at every turn start."""
+        self._scrubber = self._fresh_scrubber()
+        self.tool_context.scrubber = self._scrubber
+        self.tool_context.hidden_env = self._scrubber.names
+
     def _restore_skills(self) -> None:
         for entry in reversed(self.store.path()):
             changes = entry.data.get("changes") if entry.type == "config" else None
@@ -117,6 +126,7 @@ class Agent:
     async def run_turn(self, prompt: str, cancel: CancelToken | None = None) -> TurnResult:
         cancel = cancel or CancelToken()
         self.tool_context.cancel = cancel
+        self.refresh_secrets()
         self.bus.emit("turn_start", session_id=self.store.id, prompt=prompt[:200], provider=self.provider.label)
         written: list[str] = []
         turn = TurnState()
@@ -192,9 +202,7 @@ class Agent:
 
     # -- pieces ------------------------------------------------------------------------------
     def _append(self, entry: Entry) -> Entry:
-        if self._secrets:
-            entry = Entry(entry.type, scrub_value(dict(entry.data), self._secrets), entry.id, entry.parent_id,
-                          entry.ts)
+        entry = Entry(entry.type, self._scrubber.json(dict(entry.data)), entry.id, entry.parent_id, entry.ts)
         return self.store.append(entry)
 
     def _request(self) -> ModelRequest:
@@ -247,7 +255,7 @@ class Agent:
             written.append(entry.id or "")
             self.bus.emit("tool_end", call_id=call.id, name=call.name, is_error=result.is_error,
                           cancelled=result.cancelled,
-                          content=scrub(result.content[:2000], self._secrets))
+                          content=self._scrubber.text(result.content[:2000]))
             if result.cancelled or cancel.cancelled:
                 return False
             if call.name in ("activate_skill", "deactivate_skill") and result.data.get("changed"):

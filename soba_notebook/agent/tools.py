@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import ToolsConfig
 from ..errors import SessionError, ToolError
 from ..providers.base import ToolSpec
+from ..scrub import Scrubber
 from ..session.entries import new_id
 from . import workspace as ws
 from .pyexec import run_python
@@ -92,6 +93,8 @@ class ToolContext:
     kept for the life of this context, is used. ``spill_dir`` defaults to ``<workspace>/.soba/outputs``.
     ``hidden_env`` names environment variables removed from the environment of shell commands
     (the model's API key variable), so ``env`` in a command does not copy a secret into the transcript.
+    ``scrubber`` removes secrets from every result *before* it is bounded or spilled to a file
+    (default: one built from the environment at each call).
     """
 
     workspace: Path
@@ -104,6 +107,7 @@ class ToolContext:
     cancel: CancelToken | None = None
     spill_dir: Path | None = None
     hidden_env: frozenset[str] = frozenset()
+    scrubber: Scrubber | None = None
     _private_namespace: dict[str, Any] = field(default_factory=lambda: {"__name__": "__soba__"}, init=False,
                                                repr=False)
 
@@ -527,8 +531,11 @@ class ToolRegistry:
             raw = _Raw(f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
         except Exception as exc:  # a bug in a tool must not end the turn; report it to the model
             raw = _Raw(f"{name} failed with an internal error: {type(exc).__name__}: {exc}", is_error=True)
-        content, full_chars, spill = bound_output(raw.text, ctx.config.max_output_chars, ctx.spill_dir,
-                                                  ctx.workspace, label=name, footer=raw.footer)
+        scrubber = ctx.scrubber if ctx.scrubber is not None else Scrubber.from_environ()
+        # scrubbed first: the spill file under .soba/outputs must never hold a secret
+        content, full_chars, spill = bound_output(scrubber.text(raw.text), ctx.config.max_output_chars,
+                                                  ctx.spill_dir, ctx.workspace, label=name,
+                                                  footer=scrubber.text(raw.footer))
         data = dict(raw.data)
         if spill is not None:
             data["spill_path"] = spill

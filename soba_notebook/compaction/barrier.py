@@ -35,6 +35,7 @@ from ..config import SobaConfig
 from ..errors import CompactionFailed, StaleLeafError
 from ..events import EventBus
 from ..flight import FlightRecorder
+from ..scrub import Scrubber
 from ..session.entries import Entry
 from ..session.store import SessionStore
 from ..tokens import REPLY_PRIMING, TokenCounter
@@ -303,7 +304,7 @@ class CompactionEngine:
             checkpoint_id = "ck_" + secrets.token_hex(5)
             capsule_entry = Entry("capsule", {
                 "checkpointId": checkpoint_id, "firstKeptEntryId": plan.first_kept_entry_id,
-                "trigger": str(trigger), "quality": quality, "state": capsule.to_json(),
+                "trigger": str(trigger), "quality": quality, "state": Scrubber.from_environ().json(capsule.to_json()),
                 "tokensBefore": plan.tokens_before, "tokensAfter": after, "source": plan.source,
                 "operationId": plan.operation_id, "previousCheckpointId": plan.previous_checkpoint_id,
                 "summarizedEntries": plan.entry_count, "note": note}, parent_id=plan.leaf_id)
