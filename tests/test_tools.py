@@ -544,3 +544,28 @@ def test_glob_accepts_an_absolute_pattern_inside_the_workspace(ws: Path) -> None
     assert run("glob", {"pattern": f"{ws}/**/*.py"}, ToolContext(ws)).content == "pkg/m.py"
     outside = run("glob", {"pattern": f"{ws.parent}/**/*.py"}, ToolContext(ws))
     assert outside.is_error and "outside the workspace" in outside.content
+
+
+def test_timeout_and_cancel_kill_setsid_descendants_and_say_what_was_killed(ws: Path) -> None:
+    command = "setsid sleep 300 & echo $!; (setsid bash -c 'sleep 301 & echo $!; wait' &); sleep 302"
+    out = run("shell", {"command": command, "timeout_sec": 2}, ToolContext(ws))
+    assert out.content.endswith("[timed out after 2s]")
+    pids = [int(line) for line in out.content.splitlines() if line.strip().isdigit()]
+    assert len(pids) == 2
+    assert all(wait_until(lambda pid=pid: process_is_gone(pid)) for pid in pids)
+    note = next(line for line in out.content.splitlines() if line.startswith("[killed "))
+    assert "sleep (" in note and all(f"({pid})" in note for pid in pids)
+    assert {p["pid"] for p in out.data["killed"]} >= set(pids)
+
+    token = CancelToken()
+    ctx = ToolContext(ws, cancel=token)
+
+    async def cancel_soon() -> ToolOutcome:
+        task = asyncio.ensure_future(default_tools(ctx.config).run("shell", {"command": command}, ctx))
+        while not list(ws.glob("never")) and not task.done():
+            await asyncio.sleep(0.2)
+            token.cancel("stop")
+        return await task
+
+    out = asyncio.run(asyncio.wait_for(cancel_soon(), UPPER_BOUND_SEC))
+    assert out.cancelled and "[killed " in out.content
