@@ -242,3 +242,22 @@ def test_read_file_cuts_a_single_giant_line_with_a_marker(ws: Path) -> None:
     (ws / "min.js").write_text("a" * 300_000 + "\nsecond\n")
     out = run("read_file", {"path": "min.js"}, ToolContext(ws, ToolsConfig(max_output_chars=5_000)))
     assert "[line cut: 300,000 bytes in all]" in out.content and len(out.content) <= 5_000
+
+
+def test_spill_directory_is_capped_and_collected_oldest_first(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from soba_notebook.agent import tools
+
+    outputs = ws / ".soba" / "outputs"
+    outputs.mkdir(parents=True)
+    for i in range(6):
+        old = outputs / f"shell-{i:016x}.txt"
+        old.write_text("x" * 10_000)
+        os.utime(old, (1_000 + i, 1_000 + i))
+    monkeypatch.setattr(tools, "SPILL_DIR_MAX_BYTES", 45_000)
+    ctx = ToolContext(ws, ToolsConfig(max_output_chars=2_000))
+    out = run("python", {"code": "print('y' * 12_000)"}, ctx)
+    spill = ws / out.data["spill_path"]
+    left = sorted(p.name for p in outputs.iterdir())
+    assert spill.name in left
+    assert sum(p.stat().st_size for p in outputs.iterdir()) <= 45_000
+    assert "shell-0000000000000000.txt" not in left and "shell-0000000000000005.txt" in left

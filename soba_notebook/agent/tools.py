@@ -158,6 +158,37 @@ class _Raw:
 
 # -- output bounding ---------------------------------------------------------------------------
 
+#: ``.soba/outputs`` is garbage-collected, oldest first, down to these bounds after every spill.
+SPILL_DIR_MAX_BYTES = 256 * 1024 * 1024
+SPILL_DIR_MAX_FILES = 500
+
+
+def collect_spills(spill_dir: Path, keep: Path, max_bytes: int | None = None, max_files: int | None = None) -> int:
+    """Delete the oldest spill files until the directory is within its bounds; never ``keep``.
+
+    Returns how many files were removed. Only soba's own ``<tool>-<id>.txt`` files are touched.
+    """
+    max_bytes = SPILL_DIR_MAX_BYTES if max_bytes is None else max_bytes
+    max_files = SPILL_DIR_MAX_FILES if max_files is None else max_files
+    files: list[tuple[float, int, Path]] = []
+    for entry in os.scandir(spill_dir):
+        if entry.is_file(follow_symlinks=False) and entry.name.endswith(".txt") and entry.name != keep.name:
+            st = entry.stat(follow_symlinks=False)
+            files.append((st.st_mtime, st.st_size, Path(entry.path)))
+    files.sort()
+    total = sum(size for _, size, _ in files) + keep.stat().st_size
+    count = len(files) + 1
+    removed = 0
+    for _, size, path in files:
+        if total <= max_bytes and count <= max_files:
+            break
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed += 1
+        total -= size
+        count -= 1
+    return removed
+
 def _cut_head(text: str, size: int) -> str:
     head = text[:size]
     newline = head.rfind("\n")
@@ -175,8 +206,9 @@ def bound_output(text: str, limit: int, spill_dir: Path | None, workspace: Path,
     """``(content, full_chars, spill_path)``: ``text + footer`` bounded to about ``limit`` characters.
 
     Short text passes unchanged (``full_chars`` and ``spill_path`` are ``None``). Long text keeps
-    its head and tail around a pointer line and is written whole to ``spill_dir/<label>-<id>.txt``;
-    the pointer names that file relative to ``workspace`` when it is inside. ``footer`` (a line
+    its head and tail around a pointer line and is written whole to ``spill_dir/<label>-<id>.txt``
+    (the directory is then garbage-collected, oldest first: :func:`collect_spills`); the pointer
+    names that file relative to ``workspace`` when it is inside. The caller scrubs ``text`` first. ``footer`` (a line
     such as ``[exit code 1]``) always stays at the very end.
     """
     full = text + footer
@@ -190,6 +222,7 @@ def bound_output(text: str, limit: int, spill_dir: Path | None, workspace: Path,
             file = spill_dir / f"{label}-{new_id()}.txt"
             file.write_text(full, encoding="utf-8")
             spill_path = ws.display_path(workspace, file.resolve())
+            collect_spills(spill_dir, file)
             where = f"full text in {spill_path}"
         except OSError as exc:
             where = f"the full text could not be saved ({exc.strerror or exc})"
