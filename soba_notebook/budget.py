@@ -16,6 +16,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .session.context import capsule_is_usable
 from .session.entries import Entry
 from .session.store import SessionStore
 from .tokens import REPLY_PRIMING, TokenCounter
@@ -106,7 +107,7 @@ class BudgetTracker:
         for pos in range(self._seen, len(path)):
             entry = get(path[pos])
             cum.append(cum[-1] + count(entry))
-            if entry.type == "capsule":
+            if entry.type == "capsule" and capsule_is_usable(entry):
                 self._capsule = entry
                 self._capsule_cost = self._capsule_tokens(entry)
                 first = entry.data.get("firstKeptEntryId")

@@ -25,6 +25,7 @@ import gc
 import json
 import json.scanner
 import os
+import stat
 import threading
 import time
 import warnings
@@ -116,7 +117,7 @@ class SessionStore:
         """Open an existing session file, reporting (not raising) skipped or repaired lines."""
         file = Path(path)
         try:
-            fh = open(file, "rb")  # noqa: SIM115 - closed by the with-block below
+            fh = _open_regular(file)
         except FileNotFoundError:
             raise SessionError(f"{file}: no such session file") from None
         except OSError as exc:
@@ -142,7 +143,7 @@ class SessionStore:
     def _parse_header(file: Path, line: bytes) -> dict[str, Any]:
         try:
             header = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             header = None
         if not isinstance(header, dict) or header.get("type") != "session":
             raise SessionError(f"{file}:1: missing session header: the first line must be a "
@@ -222,7 +223,7 @@ class SessionStore:
                 if nl > pos:
                     try:
                         obj, end = scan(text, pos)
-                    except (StopIteration, ValueError):
+                    except (StopIteration, ValueError, RecursionError):
                         obj, end = _BAD, pos
                     if obj is _BAD or (end != nl and text[end:nl].strip()):
                         yield from self._parse_slow([text[pos:nl].encode()], line_no)
@@ -240,6 +241,9 @@ class SessionStore:
                 yield first_line + i, json.loads(chunk)
             except ValueError as exc:
                 self._problem(f"{self.file}:{first_line + i}: not valid JSON ({exc}); line skipped, file unchanged")
+            except RecursionError:
+                self._problem(f"{self.file}:{first_line + i}: JSON nested too deeply to be an entry; line skipped, "
+                              f"file unchanged")
 
     def _problem(self, message: str) -> None:
         self.problems.append(message)
@@ -258,7 +262,11 @@ class SessionStore:
         by_id[eid] = entry
         if entry.type == "leaf":
             target = entry.data.get("targetId")
-            self._set_leaf(target if isinstance(target, str) and target in by_id else None)
+            if isinstance(target, str) and target in by_id:
+                self._set_leaf(target)
+            else:
+                self._problem(f"{self.file}:{entry.line}: leaf entry {eid!r} points to {target!r}, which is no "
+                              f"earlier entry; ignored, the leaf stays at {self._leaf!r} and no history is dropped")
             return True
         path = self._path_ids
         if path is not None and parent == self._leaf:
@@ -457,6 +465,17 @@ class SessionStore:
             os.close(fd)  # releases the lock
 
 
+def _open_regular(file: Path) -> Any:
+    """``file`` opened for reading, refused unless it is a regular file: a FIFO would hang the kernel."""
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise SessionError(f"{file}: not a regular file (a FIFO, socket or device); a session is a .jsonl file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def list_sessions(directory: str | os.PathLike[str]) -> list[SessionInfo]:
     """Sessions in ``directory``, newest first, reading only each file's header line."""
     directory = Path(directory)
@@ -465,10 +484,13 @@ def list_sessions(directory: str | os.PathLike[str]) -> list[SessionInfo]:
         return out
     for file in directory.glob("*.jsonl"):
         try:
-            with open(file, "rb") as fh:
+            if not stat.S_ISREG(file.lstat().st_mode):
+                warnings.warn(f"{file}: not a regular file; not listed as a session", SessionWarning, stacklevel=2)
+                continue
+            with _open_regular(file) as fh:
                 header = json.loads(fh.readline() or b"null")
             st = file.stat()
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError, SessionError):
             continue
         if not isinstance(header, dict) or header.get("type") != "session":
             continue
