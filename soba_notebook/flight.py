@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import threading
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ class FlightRecorder:
         self.path = Path(path)
         self.session_id = session_id
         self._lock = threading.Lock()
+        self._failed = False
 
     def record(self, kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         leaked = FORBIDDEN_FIELDS.intersection(fields)
@@ -42,13 +44,19 @@ class FlightRecorder:
                                **Scrubber.from_environ().json(dict(fields))}
         line = (json.dumps(rec, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                os.write(fd, line)
-            finally:
-                os.close(fd)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    os.write(fd, line)
+                finally:
+                    os.close(fd)
+            except OSError as exc:  # diagnostics must never fail a turn; say so once per recorder
+                if not self._failed:
+                    self._failed = True
+                    warnings.warn(f"{self.path}: flight records are not being saved "
+                                  f"({exc.strerror or exc})", RuntimeWarning, stacklevel=2)
         return rec
 
     def __call__(self, event: Event) -> None:
@@ -61,8 +69,6 @@ class FlightRecorder:
 
 def read_flight_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """All complete records in ``path``; a torn or corrupt line is skipped with a warning."""
-    import warnings
-
     out: list[dict[str, Any]] = []
     path = Path(path)
     try:

@@ -24,7 +24,7 @@ from typing import Any
 from ..cancel import CancelToken
 from ..compaction import CompactionEngine, CompactionOutcome, ModelSummarizer, Trigger, TurnState
 from ..config import SobaConfig
-from ..errors import CompactionFailed, ContextOverflowError, ProviderError, SobaError, TurnCancelled
+from ..errors import CompactionFailed, ContextOverflowError, ProviderError, SessionError, SobaError, TurnCancelled
 from ..events import EventBus
 from ..flight import FlightRecorder
 from ..providers.base import ModelRequest, ModelResponse, Provider, StreamEvent, repair_tool_pairing
@@ -187,7 +187,10 @@ class Agent:
             raise
         except SobaError as exc:
             outcome, error = "failed", str(exc)
-        self._close_dangling(written)
+        try:
+            self._close_dangling(written)
+        except SessionError as exc:  # the disk that failed the turn fails this too: report it once
+            outcome, error = "failed", error or str(exc)
         if outcome == "completed" and self.config.compaction.compact_on_turn_complete:
             self.engine.record_intent(Trigger.TURN_COMPLETE)
         if error:

@@ -7,9 +7,11 @@ What this module guarantees:
 * **One write per entry.** An entry is serialized to one line and written with a single
   ``write`` on an ``O_APPEND`` descriptor while an exclusive ``flock`` is held, so two kernels or
   processes appending to the same session never interleave. ``fsync`` is optional.
-* **Crash safety.** A torn last line (a writer killed mid-write) is detected on open, reported
-  once as a :class:`~soba_notebook.errors.SessionWarning`, and skipped; the next append starts on
-  a fresh line.
+* **Crash safety.** A torn last line (a writer killed mid-write, a write that failed on a full
+  disk) is detected on open, reported once as a :class:`~soba_notebook.errors.SessionWarning`,
+  skipped for reading, left in place and copied to ``<id>.jsonl.torn-<offset>`` where the user
+  can see it; the next append starts on a fresh line. A failed append raises a
+  :class:`~soba_notebook.errors.SessionError` naming the file and the cause.
 * **Live readers.** :meth:`SessionStore.refresh` picks up lines other writers appended; readers
   only ever consume complete lines, so a half-written entry is never seen.
 * **Clear errors.** A missing header, a non-JSON line, a parent that points nowhere: the message
@@ -194,13 +196,32 @@ class SessionStore:
         tail = len(raw) - end
         if tail and tail_is_torn:
             self._line_no += 1
-            self._problem(f"{self.file}:{self._line_no}: torn last line ({tail} bytes, the writer was probably "
-                          f"killed mid-write); skipped, the next entry starts on a fresh line")
+            kept = self._quarantine(raw[end:], base + end)
+            self._problem(f"{self.file}:{self._line_no}: torn last line ({tail:,} bytes: a writer was killed "
+                          f"mid-write or a write failed, e.g. on a full disk); skipped for reading and left in "
+                          f"place{kept}, the next entry starts on a fresh line")
             self._offset += tail
             self._needs_newline = True
         if new:
             self.version += 1
         return new
+
+    def _quarantine(self, tail: bytes, offset: int) -> str:
+        """Copy a torn tail beside the session (``<id>.jsonl.torn-<offset>``) so the user can see it."""
+        copy = self.file.with_name(f"{self.file.name}.torn-{offset}")
+        try:
+            fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            return f"; a copy of its bytes is in {copy}"
+        except OSError:
+            return ""
+        try:
+            os.write(fd, tail)
+        except OSError:
+            return ""
+        finally:
+            os.close(fd)
+        return f"; a copy of its bytes is in {copy}"
 
     def _parse_lines(self, region: bytes, first_line: int) -> Iterator[tuple[int, Any]]:
         """(line number, parsed value) for every non-blank line; bad lines are reported and skipped.
@@ -411,15 +432,7 @@ class SessionStore:
             # so one entry stays one line for every reader, not only ours.
             payload = payload.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
             data = (("\n" if self._needs_newline else "") + payload + "\n").encode()
-            fd = os.open(self.file, os.O_WRONLY | os.O_APPEND)
-            try:
-                written = os.write(fd, data)
-                if written != len(data):  # pragma: no cover - regular files write fully
-                    raise SessionError(f"{self.file}: short write ({written} of {len(data)} bytes)")
-                if self.fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
+            self._write_line(data, entry)
             self._needs_newline = False
             self._offset += len(data)
             self._line_no += 1
@@ -427,6 +440,32 @@ class SessionStore:
             self._index(entry)
             self.version += 1
             return entry
+
+    def _write_line(self, data: bytes, entry: Entry) -> None:
+        """One ``write`` of a whole line. On a full disk or an I/O error: a :class:`SessionError`
+        naming the file and the cause, and any bytes that did land are a torn line the next append
+        steps over (and the next open quarantines), never a half-entry glued to the next one."""
+        written = 0
+        try:
+            fd = os.open(self.file, os.O_WRONLY | os.O_APPEND)
+            try:
+                written = os.write(fd, data)
+                if written == len(data) and self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise self._write_failed(entry, exc.strerror or str(exc), written) from None
+        if written != len(data):
+            raise self._write_failed(entry, f"only {written:,} of {len(data):,} bytes were written", written)
+
+    def _write_failed(self, entry: Entry, cause: str, written: int) -> SessionError:
+        if written:
+            self._offset += written
+            self._line_no += 1
+            self._needs_newline = True
+        return SessionError(f"{self.file}: could not append the {entry.type} entry ({cause}); it was not saved. "
+                            f"Free some space (or fix the disk) and go on: the session stays readable")
 
     def rewind(self, entry_id: str, reason: str = "rewind") -> Entry:
         """Move the leaf to ``entry_id`` by appending a ``leaf`` entry; no earlier line changes."""
