@@ -97,7 +97,7 @@ def capsule_of(entry: Entry) -> Capsule:
 def capsule_message(entry: Entry) -> dict[str, Any]:
     """The capsule entry as the first message of model input."""
     text = render(capsule_of(entry), checkpoint_id=entry.data.get("checkpointId"),
-                  quality=str(entry.data.get("quality", "ok")))
+                  quality=str(entry.data.get("quality", "ok")), handoff=entry.data.get("trigger") == "capsule_load")
     return {"role": "user", "content": text}
 
 
