@@ -25,12 +25,16 @@ from typing import Any
 from .errors import ConfigError
 
 __all__ = [
+    "RESTART_KEYS",
+    "Bounds",
     "CompactionConfig",
+    "ConfigEdit",
     "ConfigWarning",
     "MemoryConfig",
     "ModelConfig",
     "SobaConfig",
     "ToolsConfig",
+    "config_edit",
     "load_config",
 ]
 
@@ -263,6 +267,52 @@ def _merge(config: SobaConfig, layer: Mapping[str, Any], source: str, *, project
     merged = SobaConfig(**sections, sources=sources)
     _check_consistency(merged)
     return merged
+
+
+#: Keys a running session cannot take over: they decide which model answers, where the files are, or
+#: what the session was opened with. A change to one applies after ``%soba --new``; every other key
+#: applies at the next turn.
+RESTART_KEYS = frozenset({"model.provider", "model.model", "model.baseUrl", "model.apiKeyEnv",
+                          "model.compactionModel", "tools.workspace", "tools.allowBroadWorkspace",
+                          "memory.mirrorExplicitCompacts"})
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEdit:
+    """What changed between the running config and the files: ``applied`` now, ``deferred`` to a new session.
+
+    Both map a dotted key to ``(old, new)``; ``config`` is the running config with ``applied`` taken over.
+    """
+
+    config: SobaConfig
+    applied: Mapping[str, tuple[Any, Any]]
+    deferred: Mapping[str, tuple[Any, Any]]
+
+
+def config_edit(running: SobaConfig, fresh: SobaConfig) -> ConfigEdit:
+    """Split the differences between ``running`` and ``fresh`` into keys to apply now and at restart."""
+    old, new = running.to_json(), fresh.to_json()
+    applied: dict[str, tuple[Any, Any]] = {}
+    deferred: dict[str, tuple[Any, Any]] = {}
+    sections = {name: getattr(running, name) for name in _SECTIONS}
+    sources = dict(running.sources)
+    for section, block in new.items():
+        known = _known(section)
+        for key, value in block.items():
+            before = old[section].get(key)
+            if before == value:
+                continue
+            dotted = f"{section}.{key}"
+            if dotted in RESTART_KEYS:
+                deferred[dotted] = (before, value)
+                continue
+            applied[dotted] = (before, value)
+            sections[section] = replace(sections[section], **{known[key]: getattr(getattr(fresh, section),
+                                                                                  known[key])})
+            sources[dotted] = fresh.sources.get(dotted, "defaults")
+    merged = SobaConfig(**sections, sources=sources)
+    _check_consistency(merged)
+    return ConfigEdit(merged, applied, deferred)
 
 
 def _check_consistency(config: SobaConfig) -> None:

@@ -16,8 +16,9 @@ outside content). So this module never lets the kernel follow a link for us:
   outputs, flight records) and under the user's ``~/.soba`` is refused, by name and by the
   directory's identity (device and inode), whatever the workspace is; the one exception is
   *reading* the tool output spill files soba itself wrote (``.soba/outputs/<tool>-<id>.txt``);
-* :func:`check_workspace_root` refuses a workspace of ``/``, ``$HOME`` or an ancestor of it
-  unless ``tools.allowBroadWorkspace`` is true, and any workspace inside a ``.soba`` directory.
+* :func:`check_workspace_root` refuses a workspace of ``/``, ``$HOME`` or a top-level directory
+  holding it (``/home``) unless ``tools.allowBroadWorkspace`` is true (honoured only from
+  ``~/.soba/config.json`` or arguments), and any workspace inside a ``.soba`` directory.
 
 A :class:`Located` holds the open descriptor of the final directory, so the caller's ``open``
 / ``rename`` happen against exactly the directory that was checked.
@@ -81,11 +82,13 @@ def check_workspace_root(workspace: Path, *, allow_broad: bool = False, home: Pa
         raise ConfigError(f"{source}: workspace {root} lies inside a {STATE_DIR_NAME} directory, which the file "
                           f"tools may never touch; choose the project directory instead",
                           source=source, key="tools.workspace", value=str(root))
-    broad = root == Path(root.anchor) or root == home_dir or home_dir.is_relative_to(root)
+    # "/", $HOME, and a top-level directory holding homes (/home, /Users)
+    broad = root == Path(root.anchor) or root == home_dir or (home_dir.is_relative_to(root) and len(root.parts) <= 2)
     if broad and not allow_broad:
-        raise ConfigError(f"{source}: workspace {root} is the filesystem root or your home directory (or contains "
-                          f"it); the agent's file tools would reach all of it. Choose the project directory, or "
-                          f"set tools.allowBroadWorkspace to true in ~/.soba/config.json to allow it explicitly",
+        raise ConfigError(f"{source}: workspace {root} is the filesystem root or your home directory (or the "
+                          f"directory of homes); the agent's file tools would reach all of it. Choose the project "
+                          f"directory, or set tools.allowBroadWorkspace to true in ~/.soba/config.json to allow it "
+                          f"explicitly",
                           source=source, key="tools.workspace", value=str(root))
 
 

@@ -70,6 +70,7 @@ class Agent:
         check_workspace_root(self.workspace, allow_broad=config.tools.allow_broad_workspace,
                              source=config.sources.get("tools.workspace", "tools.workspace"))
         self.counter = counter or TokenCounter(config.model.model)
+        self._default_tools = tools is None
         self.tools = tools or default_tools(config.tools)
         self.skills = SkillRegistry(self.workspace)
         self._restore_skills()
@@ -117,6 +118,9 @@ class Agent:
         """Apply a changed config (``%auto_compact off``) and record the change in the transcript."""
         before, self.config = self.config.to_json(), config
         self.engine.set_config(config)
+        self.tool_context.config = config.tools
+        if self._default_tools:
+            self.tools = default_tools(config.tools)  # a switched tool appears or goes at the next request
         changed = {f"{section}.{k}": v for section, block in config.to_json().items()
                    for k, v in block.items() if before[section].get(k) != v}
         if changed:
