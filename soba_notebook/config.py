@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import os
 import warnings
 from collections.abc import Mapping
@@ -24,19 +25,57 @@ from typing import Any
 from .errors import ConfigError
 
 __all__ = [
+    "RESTART_KEYS",
     "AgentConfig",
+    "Bounds",
     "CompactionConfig",
+    "ConfigEdit",
     "ConfigWarning",
     "MemoryConfig",
     "ModelConfig",
     "SobaConfig",
     "ToolsConfig",
+    "config_edit",
     "load_config",
 ]
 
 
 class ConfigWarning(UserWarning):
     """A config file holds something soba ignores (an unknown key)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """The rule for a numeric key, declared on its field: ``low..high``, whole or not, optional or not.
+
+    ``open_low`` excludes ``low`` itself (a ratio that must be greater than 0). Every bound is
+    finite, so NaN, Infinity and absurd values such as a 1e300 window are refused by name.
+    """
+
+    low: float
+    high: float
+    whole: bool = True
+    open_low: bool = False
+    unit: str = ""
+    ratio: bool = False
+
+    def describe(self) -> str:
+        kind = "a ratio" if self.ratio else ("a whole number" if self.whole else "a number")
+        unit = f" {self.unit}" if self.unit else ""
+        if self.open_low:
+            return f"{kind}{unit} greater than {_fmt(self.low)} and at most {_fmt(self.high)}"
+        return f"{kind}{unit} from {_fmt(self.low)} to {_fmt(self.high)}"
+
+
+def _fmt(x: float) -> str:
+    return f"{int(x):,}" if x == int(x) else f"{x:g}"
+
+
+def _num(default: Any, low: float, high: float, **kw: Any) -> Any:
+    return field(default=default, metadata={"bounds": Bounds(low, high, **kw)})
+
+
+_BIG = 100_000_000  # tokens: far beyond any model's window, still finite
 
 
 def _camel(name: str) -> str:
@@ -51,13 +90,13 @@ class CompactionConfig:
     auto: bool = True
     compact_on_turn_complete: bool = True
     compact_on_milestone: bool = True
-    min_tokens_for_auto_compact: int = 32_000
-    min_reclaimable_tokens: int = 12_000
-    min_savings_ratio: float = 0.25
-    keep_recent_tokens: int = 20_000
-    safety_reserve_tokens: int = 8_192
-    auto_compact_threshold_ratio: float = 0.8
-    timeout_ms: int = 15_000
+    min_tokens_for_auto_compact: int = _num(32_000, 0, _BIG, unit="of tokens")
+    min_reclaimable_tokens: int = _num(12_000, 0, _BIG, unit="of tokens")
+    min_savings_ratio: float = _num(0.25, 0, 1, whole=False, ratio=True)
+    keep_recent_tokens: int = _num(20_000, 0, _BIG, unit="of tokens")
+    safety_reserve_tokens: int = _num(8_192, 0, _BIG, unit="of tokens")
+    auto_compact_threshold_ratio: float = _num(0.8, 0, 1, whole=False, open_low=True, ratio=True)
+    timeout_ms: int = _num(15_000, 0, 3_600_000, open_low=True, unit="of milliseconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +107,12 @@ class ModelConfig:
     model: str = "soba-scripted"
     base_url: str | None = None
     api_key_env: str | None = None
-    context_window: int = 65_000
-    max_output_tokens: int = 8_000
+    context_window: int = _num(65_000, 0, _BIG, open_low=True, unit="of tokens")
+    max_output_tokens: int = _num(8_000, 0, _BIG, open_low=True, unit="of tokens")
     compaction_model: str | None = None
-    temperature: float | None = None
+    temperature: float | None = _num(None, 0, 2, whole=False)
     #: "auto" (stream; plain requests when the server streams no usage), "always" or "never"
-    stream: str = "auto"
+    stream: str = field(default="auto", metadata={"choices": ("auto", "always", "never")})
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +123,11 @@ class ToolsConfig:
     allow_shell: bool = True
     allow_write: bool = True
     allow_python: bool = True
-    shell_timeout_sec: float = 60.0
-    max_output_chars: int = 20_000
+    #: a workspace of ``/``, ``$HOME`` or an ancestor of it; honoured only from ``~/.soba/config.json``
+    #: or explicit arguments, never from a project's own config
+    allow_broad_workspace: bool = False
+    shell_timeout_sec: float = _num(60.0, 0, 86_400, whole=False, open_low=True, unit="of seconds")
+    max_output_chars: int = _num(20_000, 1_000, 10_000_000, unit="of characters")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,9 +135,10 @@ class AgentConfig:
     """Bounds on one turn, so a model that loops cannot run forever or bill without end."""
 
     #: inferences in one turn; the turn ends with a clear message at the bound
-    max_steps_per_turn: int = 50
-    #: how often one tool call with the same arguments may run in one turn
-    max_repeated_tool_calls: int = 3
+    max_steps_per_turn: int = _num(50, 1, 10_000, unit="of model steps")
+    #: how often one tool call with the same arguments may run in one turn, with no state-changing
+    #: call in between
+    max_repeated_tool_calls: int = _num(3, 1, 1_000, unit="of runs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,11 +180,16 @@ class SobaConfig:
     def with_overrides(self, overrides: Mapping[str, Any], source: str = "arguments") -> SobaConfig:
         return _merge(self, overrides, source)
 
+    def field_bounds(self, dotted: str) -> Bounds | None:
+        """The declared rule of a numeric key such as ``model.contextWindow`` (None for others)."""
+        section, _, key = dotted.partition(".")
+        name = _known(section).get(key) if section in _SECTIONS else None
+        return _FIELDS[section][name].metadata.get("bounds") if name else None
+
 
 _SECTIONS: dict[str, type] = {"compaction": CompactionConfig, "model": ModelConfig, "tools": ToolsConfig,
                               "memory": MemoryConfig, "agent": AgentConfig}
-#: string settings that take one of a few values
-_CHOICES: dict[str, tuple[str, ...]] = {"stream": ("auto", "always", "never")}
+_FIELDS = {name: {f.name: f for f in fields(cls)} for name, cls in _SECTIONS.items()}
 _SECRET_KEYS = {"apikey", "api_key", "key", "token", "accesstoken", "secret", "password", "authorization"}
 
 
@@ -156,7 +204,8 @@ def _warn_unknown(source: str, key: str, candidates: list[str]) -> None:
     warnings.warn(f"{source}: unknown config key {key!r} is ignored{hint}", ConfigWarning, stacklevel=4)
 
 
-def _check_value(source: str, dotted: str, name: str, value: Any, default: Any) -> Any:
+def _check_value(source: str, dotted: str, name: str, value: Any, default: Any,
+                 bounds: Bounds | None = None, choices: tuple[str, ...] | None = None) -> Any:
     def bad(allowed: str) -> ConfigError:
         return ConfigError(f"{source}: {dotted} = {value!r} is not allowed: {allowed}", source=source,
                            key=dotted, value=value)
@@ -165,44 +214,44 @@ def _check_value(source: str, dotted: str, name: str, value: Any, default: Any) 
         if not isinstance(value, bool):
             raise bad("expected true or false")
         return value
-    if name.endswith("_ratio"):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise bad("expected a number between 0 and 1")
-        low_ok = value > 0 if name == "auto_compact_threshold_ratio" else value >= 0
-        if not (low_ok and value <= 1):
-            rng = "greater than 0 and at most 1" if name == "auto_compact_threshold_ratio" else "from 0 to 1"
-            raise bad(f"a ratio must be {rng}")
-        return float(value)
-    if isinstance(default, int) and name not in ("temperature",):
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-            raise bad("expected a whole number of tokens" if "token" in name or "window" in name
-                      else "expected a whole number")
-        positive = name in ("context_window", "max_output_tokens", "timeout_ms", "max_output_chars",
-                            "max_steps_per_turn", "max_repeated_tool_calls")
-        if value < 0 or (positive and value == 0):
-            raise bad("must be greater than 0" if positive else "must not be negative")
-        return int(value)
-    if isinstance(default, float) or name == "temperature":
-        if value is None and name == "temperature":
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float) or (value <= 0 and name != "temperature"):
-            raise bad("expected a positive number")
-        return float(value)
+    if bounds is not None:
+        return _check_number(value, bounds, optional=default is None, bad=bad)
+    if choices is not None:
+        if value is True or value is False:  # "stream": true / false read naturally
+            value = "always" if value else "never"
+        if value not in choices:
+            raise bad(f"expected one of {', '.join(choices)}")
+        return value
     # strings (some optional)
     if value is None and default is None:
         return None
-    if name in _CHOICES:
-        if value is True or value is False:  # "stream": true / false read naturally
-            value = "always" if value else "never"
-        if value not in _CHOICES[name]:
-            raise bad(f"expected one of {', '.join(_CHOICES[name])}")
-        return value
     if not isinstance(value, str) or not value.strip():
         raise bad("expected a non-empty string")
     return value
 
 
-def _merge(config: SobaConfig, layer: Mapping[str, Any], source: str) -> SobaConfig:
+def _check_number(value: Any, b: Bounds, *, optional: bool, bad: Any) -> Any:
+    """``value`` checked against its field's declared :class:`Bounds` (never guessed from the name)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise bad(f"expected {b.describe()}")
+    if not math.isfinite(value):
+        raise bad(f"expected a finite number: {b.describe()}")
+    if b.whole and value != int(value):
+        raise bad(f"expected {b.describe()}")
+    too_low = value <= b.low if b.open_low else value < b.low
+    if too_low or value > b.high:
+        if b.ratio:
+            rng = "greater than 0 and at most 1" if b.open_low else "from 0 to 1"
+            raise bad(f"a ratio must be {rng}")
+        if too_low and b.low == 0:
+            raise bad("must be greater than 0" if b.open_low else "must not be negative")
+        raise bad(f"must be {b.describe()}")
+    return int(value) if b.whole else float(value)
+
+
+def _merge(config: SobaConfig, layer: Mapping[str, Any], source: str, *, project_layer: bool = False) -> SobaConfig:
     if not isinstance(layer, Mapping):
         raise ConfigError(f"{source}: the config must be a JSON object, got {type(layer).__name__}",
                           source=source)
@@ -228,13 +277,64 @@ def _merge(config: SobaConfig, layer: Mapping[str, Any], source: str) -> SobaCon
             if name is None:
                 _warn_unknown(source, dotted, list(known))
                 continue
-            default = getattr(_SECTIONS[section](), name)
-            changes[name] = _check_value(source, dotted, name, value, default)
+            if name == "allow_broad_workspace" and project_layer:
+                warnings.warn(f"{source}: {dotted} is ignored here: a project's own config cannot widen the "
+                              f"workspace; set it in ~/.soba/config.json", ConfigWarning, stacklevel=3)
+                continue
+            spec = _FIELDS[section][name]
+            changes[name] = _check_value(source, dotted, name, value, spec.default, spec.metadata.get("bounds"),
+                                         spec.metadata.get("choices"))
             sources[f"{section}.{_camel(name)}"] = source
         sections[section] = replace(sections[section], **changes)
     merged = SobaConfig(**sections, sources=sources)
     _check_consistency(merged)
     return merged
+
+
+#: Keys a running session cannot take over: they decide which model answers, where the files are, or
+#: what the session was opened with. A change to one applies after ``%soba --new``; every other key
+#: applies at the next turn.
+RESTART_KEYS = frozenset({"model.provider", "model.model", "model.baseUrl", "model.apiKeyEnv",
+                          "model.compactionModel", "tools.workspace", "tools.allowBroadWorkspace",
+                          "memory.mirrorExplicitCompacts"})
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEdit:
+    """What changed between the running config and the files: ``applied`` now, ``deferred`` to a new session.
+
+    Both map a dotted key to ``(old, new)``; ``config`` is the running config with ``applied`` taken over.
+    """
+
+    config: SobaConfig
+    applied: Mapping[str, tuple[Any, Any]]
+    deferred: Mapping[str, tuple[Any, Any]]
+
+
+def config_edit(running: SobaConfig, fresh: SobaConfig) -> ConfigEdit:
+    """Split the differences between ``running`` and ``fresh`` into keys to apply now and at restart."""
+    old, new = running.to_json(), fresh.to_json()
+    applied: dict[str, tuple[Any, Any]] = {}
+    deferred: dict[str, tuple[Any, Any]] = {}
+    sections = {name: getattr(running, name) for name in _SECTIONS}
+    sources = dict(running.sources)
+    for section, block in new.items():
+        known = _known(section)
+        for key, value in block.items():
+            before = old[section].get(key)
+            if before == value:
+                continue
+            dotted = f"{section}.{key}"
+            if dotted in RESTART_KEYS:
+                deferred[dotted] = (before, value)
+                continue
+            applied[dotted] = (before, value)
+            sections[section] = replace(sections[section], **{known[key]: getattr(getattr(fresh, section),
+                                                                                  known[key])})
+            sources[dotted] = fresh.sources.get(dotted, "defaults")
+    merged = SobaConfig(**sections, sources=sources)
+    _check_consistency(merged)
+    return ConfigEdit(merged, applied, deferred)
 
 
 def _check_consistency(config: SobaConfig) -> None:
@@ -272,6 +372,8 @@ def _read_layer(path: Path) -> Mapping[str, Any] | None:
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})", source=str(path)) \
             from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not a usable config: its JSON is nested too deeply", source=str(path)) from None
 
 
 def load_config(path: str | os.PathLike[str] | None = None, *, overrides: Mapping[str, Any] | None = None,
@@ -287,10 +389,10 @@ def load_config(path: str | os.PathLike[str] | None = None, *, overrides: Mappin
     project_file = Path(path) if path is not None else Path(project_dir or ".") / ".soba" / "config.json"
     if path is not None and not project_file.exists():
         raise ConfigError(f"{project_file}: no such config file", source=str(project_file))
-    for file in (home_dir / ".soba" / "config.json", project_file):
+    for file, is_project in ((home_dir / ".soba" / "config.json", False), (project_file, True)):
         layer = _read_layer(file)
         if layer is not None:
-            config = _merge(config, layer, str(file))
+            config = _merge(config, layer, str(file), project_layer=is_project)
     if overrides:
         config = _merge(config, overrides, "arguments")
     return config

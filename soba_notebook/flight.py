@@ -2,7 +2,8 @@
 
 ``.soba/flight.jsonl`` is for diagnosis and analysis (``views.flight_records``). A record holds
 ids, triggers, limits, outcomes, durations and token figures; never summary text, never a
-secret. Records are written with one ``write`` under an exclusive lock, like the session store.
+secret (every string passes through the one scrubber, :mod:`.scrub`). Records are written
+with one ``write`` under an exclusive lock, like the session store.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ import fcntl
 import json
 import os
 import threading
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from .events import Event
+from .scrub import Scrubber
 from .session.entries import now_iso
 
 __all__ = ["FORBIDDEN_FIELDS", "FlightRecorder", "read_flight_records"]
@@ -31,21 +34,29 @@ class FlightRecorder:
         self.path = Path(path)
         self.session_id = session_id
         self._lock = threading.Lock()
+        self._failed = False
 
     def record(self, kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         leaked = FORBIDDEN_FIELDS.intersection(fields)
         if leaked:
             raise ValueError(f"flight records never hold summary contents; refusing fields {sorted(leaked)}")
-        rec: dict[str, Any] = {"kind": kind, "ts": now_iso(), "sessionId": self.session_id, **fields}
+        rec: dict[str, Any] = {"kind": kind, "ts": now_iso(), "sessionId": self.session_id,
+                               **Scrubber.from_environ().json(dict(fields))}
         line = (json.dumps(rec, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                os.write(fd, line)
-            finally:
-                os.close(fd)
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    os.write(fd, line)
+                finally:
+                    os.close(fd)
+            except OSError as exc:  # diagnostics must never fail a turn; say so once per recorder
+                if not self._failed:
+                    self._failed = True
+                    warnings.warn(f"{self.path}: flight records are not being saved "
+                                  f"({exc.strerror or exc})", RuntimeWarning, stacklevel=2)
         return rec
 
     def __call__(self, event: Event) -> None:
@@ -58,8 +69,6 @@ class FlightRecorder:
 
 def read_flight_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """All complete records in ``path``; a torn or corrupt line is skipped with a warning."""
-    import warnings
-
     out: list[dict[str, Any]] = []
     path = Path(path)
     try:

@@ -241,7 +241,7 @@ def test_api_key_never_appears_in_errors_events_or_repr(wire: Wire) -> None:
         wire.run(recorder, api_key=SECRET)
     texts = [str(info.value), repr(info.value), "".join(traceback.format_exception(info.value)), str(recorder.log)]
     assert all(SECRET not in text for text in texts)
-    assert "[redacted]" in str(info.value)
+    assert "[REDACTED:api_key]" in str(info.value)
     provider = wire.provider(api_key=SECRET)
     assert SECRET not in repr(provider) and SECRET not in provider.label and "key=set" in repr(provider)
 

@@ -361,3 +361,11 @@ def test_sse_events_do_not_depend_on_where_the_bytes_are_split(cuts: list[int]) 
 async def _no_sleep(_seconds: float) -> None:
     return None
 
+
+
+def test_deeply_nested_tool_arguments_are_a_parse_error_answered_to_the_model_not_a_crash() -> None:
+    from soba_notebook.providers.base import arguments_error, tool_call_from_text
+
+    call = tool_call_from_text("c", "ls", "[" * 100_000 + "]" * 100_000)
+    assert call.arguments == {} and call.raw_arguments is not None
+    assert "nested too deeply" in (arguments_error(call) or "")

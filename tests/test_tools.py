@@ -186,14 +186,14 @@ def test_edit_with_replace_all_replaces_every_match(ws: Path) -> None:
     assert (ws / "x.py").read_text() == "x = 2\ny\nx = 2\n"
 
 
-def test_writes_to_the_append_only_session_history_are_refused(ws: Path) -> None:
+def test_writes_to_soba_state_including_the_session_history_are_refused(ws: Path) -> None:
     sessions = ws / ".soba" / "sessions"
     sessions.mkdir(parents=True)
     (sessions / "s.jsonl").write_text('{"type":"session"}\n')
     ctx = ToolContext(ws)
     write = run("write_file", {"path": ".soba/sessions/s.jsonl", "content": ""}, ctx)
     edit = run("edit_file", {"path": ".soba/sessions/s.jsonl", "old": "session", "new": "x"}, ctx)
-    assert write.is_error and edit.is_error and "append-only" in write.content
+    assert write.is_error and edit.is_error and "soba's own state" in write.content
     assert (sessions / "s.jsonl").read_text() == '{"type":"session"}\n'
 
 
@@ -293,10 +293,8 @@ def test_already_cancelled_turn_runs_no_tool(ws: Path) -> None:
 # -- bounded output ----------------------------------------------------------------------------
 
 def test_large_output_is_truncated_with_pointer_to_full_text(ws: Path) -> None:
-    lines = [f"line {i:06d}" for i in range(20_000)]
-    (ws / "big.txt").write_text("\n".join(lines) + "\n")
     ctx = ToolContext(ws, ToolsConfig(max_output_chars=2_000))
-    out = run("read_file", {"path": "big.txt"}, ctx)
+    out = run("shell", {"command": "for i in $(seq 0 19999); do printf 'line %06d\\n' $i; done"}, ctx)
     assert not out.is_error
     assert len(out.content) <= 2_000
     assert out.full_chars is not None and out.full_chars > 200_000
@@ -307,6 +305,8 @@ def test_large_output_is_truncated_with_pointer_to_full_text(ws: Path) -> None:
     assert "line 000000" in out.content and "line 019999" in out.content  # head and tail kept
     full = (ws / spill).read_text()
     assert len(full) == out.full_chars and "line 010000" in full
+    again = run("read_file", {"path": spill, "start_line": 10_001, "end_line": 10_001}, ctx)
+    assert not again.is_error and "line 010000" in again.content  # the spill file is readable in pieces
 
 
 def test_truncated_shell_output_still_ends_with_exit_code_line(ws: Path) -> None:
@@ -544,3 +544,28 @@ def test_glob_accepts_an_absolute_pattern_inside_the_workspace(ws: Path) -> None
     assert run("glob", {"pattern": f"{ws}/**/*.py"}, ToolContext(ws)).content == "pkg/m.py"
     outside = run("glob", {"pattern": f"{ws.parent}/**/*.py"}, ToolContext(ws))
     assert outside.is_error and "outside the workspace" in outside.content
+
+
+def test_timeout_and_cancel_kill_setsid_descendants_and_say_what_was_killed(ws: Path) -> None:
+    command = "setsid sleep 300 & echo $!; (setsid bash -c 'sleep 301 & echo $!; wait' &); sleep 302"
+    out = run("shell", {"command": command, "timeout_sec": 2}, ToolContext(ws))
+    assert out.content.endswith("[timed out after 2s]")
+    pids = [int(line) for line in out.content.splitlines() if line.strip().isdigit()]
+    assert len(pids) == 2
+    assert all(wait_until(lambda pid=pid: process_is_gone(pid)) for pid in pids)
+    note = next(line for line in out.content.splitlines() if line.startswith("[killed "))
+    assert "sleep (" in note and all(f"({pid})" in note for pid in pids)
+    assert {p["pid"] for p in out.data["killed"]} >= set(pids)
+
+    token = CancelToken()
+    ctx = ToolContext(ws, cancel=token)
+
+    async def cancel_soon() -> ToolOutcome:
+        task = asyncio.ensure_future(default_tools(ctx.config).run("shell", {"command": command}, ctx))
+        while not list(ws.glob("never")) and not task.done():
+            await asyncio.sleep(0.2)
+            token.cancel("stop")
+        return await task
+
+    out = asyncio.run(asyncio.wait_for(cancel_soon(), UPPER_BOUND_SEC))
+    assert out.cancelled and "[killed " in out.content

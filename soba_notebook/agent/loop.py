@@ -29,7 +29,7 @@ from ..compaction import CompactionEngine, CompactionOutcome, ModelSummarizer, T
 from ..compaction.overflow import overflow_figures, request_tokens, retry_budget, retry_refusal
 from ..compaction.summarize import capsule_schema, summary_output_budget
 from ..config import SobaConfig
-from ..errors import CompactionFailed, ContextOverflowError, ProviderError, SobaError, TurnCancelled
+from ..errors import CompactionFailed, ContextOverflowError, ProviderError, SessionError, SobaError, TurnCancelled
 from ..events import EventBus
 from ..flight import FlightRecorder
 from ..providers.base import (
@@ -51,7 +51,8 @@ from ..session.entries import (
 )
 from ..session.store import SessionStore
 from ..tokens import TokenCounter
-from .secrets import scrub, scrub_value, secret_values
+from .confine import check_workspace_root
+from .secrets import Scrubber, current_scrubber
 from .skills import SkillRegistry
 from .tools import ToolContext, ToolRegistry, default_tools
 
@@ -89,27 +90,39 @@ class Agent:
         self.provider = provider
         self.bus = bus or EventBus()
         self.workspace = Path(workspace or config.tools.workspace).expanduser().resolve()
+        check_workspace_root(self.workspace, allow_broad=config.tools.allow_broad_workspace,
+                             source=config.sources.get("tools.workspace", "tools.workspace"))
         self.counter = counter or TokenCounter(config.model.model)
+        self._default_tools = tools is None
         self.tools = tools or default_tools(config.tools)
         self.skills = SkillRegistry(self.workspace)
         self._restore_skills()
-        self._secrets = secret_values(extra_names=tuple(filter(None, [config.model.api_key_env])))
+        self._scrubber = self._fresh_scrubber()
         self.summary_provider = summary_provider or provider
         summarizer = ModelSummarizer(self._summary_complete, self.counter,
                                      context_window=config.model.context_window,
                                      max_output_tokens=summary_output_budget(config.model.context_window))
         self.engine = CompactionEngine(store, config, self.counter, bus=self.bus, summarizer=summarizer,
                                        flight=flight)
-        self.engine.scrub = lambda value: scrub_value(value, self._secrets) if self._secrets else value
+        self.engine.scrub = lambda value: self._scrubber.json(value)
         self.tool_context = ToolContext(
             self.workspace, config.tools, store=store, user_namespace=user_namespace,
             record_intent=lambda kind, note: self.engine.record_intent(kind, note),
             append_checkpoint=lambda kind, note: self._append(checkpoint(kind, note)), skills=self.skills,
-            hidden_env=frozenset(n for n in self._secrets.values()))
+            hidden_env=self._scrubber.names, scrubber=self._scrubber)
         self._refresh_base_tokens()
         self._request_context: tuple[int, str] = (0, "root")
 
     # -- set-up ------------------------------------------------------------------------------
+    def _fresh_scrubber(self) -> Scrubber:
+        return current_scrubber(extra_names=tuple(filter(None, [self.config.model.api_key_env])))
+
+    def refresh_secrets(self) -> None:
+        """Re-read the environment's secrets (a variable set after start); done at every turn start."""
+        self._scrubber = self._fresh_scrubber()
+        self.tool_context.scrubber = self._scrubber
+        self.tool_context.hidden_env = self._scrubber.names
+
     def _restore_skills(self) -> None:
         for entry in reversed(self.store.path()):
             changes = entry.data.get("changes") if entry.type == "config" else None
@@ -130,6 +143,9 @@ class Agent:
         """Apply a changed config (``%auto_compact off``) and record the change in the transcript."""
         before, self.config = self.config.to_json(), config
         self.engine.set_config(config)
+        self.tool_context.config = config.tools
+        if self._default_tools:
+            self.tools = default_tools(config.tools)  # a switched tool appears or goes at the next request
         changed = {f"{section}.{k}": v for section, block in config.to_json().items()
                    for k, v in block.items() if before[section].get(k) != v}
         if changed:
@@ -139,6 +155,7 @@ class Agent:
     async def run_turn(self, prompt: str, cancel: CancelToken | None = None) -> TurnResult:
         cancel = cancel or CancelToken()
         self.tool_context.cancel = cancel
+        self.refresh_secrets()
         self.bus.emit("turn_start", session_id=self.store.id, prompt=prompt[:200], provider=self.provider.label)
         written: list[str] = []
         turn = TurnState()
@@ -221,7 +238,10 @@ class Agent:
             raise
         except SobaError as exc:
             outcome, error = "failed", str(exc)
-        self._close_dangling(written)
+        try:
+            self._close_dangling(written)
+        except SessionError as exc:  # the disk that failed the turn fails this too: report it once
+            outcome, error = "failed", error or str(exc)
         if outcome == "completed" and self.config.compaction.compact_on_turn_complete:
             self.engine.record_turn_complete()
         if error:
@@ -236,9 +256,7 @@ class Agent:
 
     # -- pieces ------------------------------------------------------------------------------
     def _append(self, entry: Entry) -> Entry:
-        if self._secrets:
-            entry = Entry(entry.type, scrub_value(dict(entry.data), self._secrets), entry.id, entry.parent_id,
-                          entry.ts)
+        entry = Entry(entry.type, self._scrubber.json(dict(entry.data)), entry.id, entry.parent_id, entry.ts)
         return self.store.append(entry)
 
     def _request(self) -> ModelRequest:
@@ -316,7 +334,7 @@ class Agent:
             written.append(entry.id or "")
             self.bus.emit("tool_end", call_id=call.id, name=call.name, is_error=result.is_error,
                           cancelled=result.cancelled,
-                          content=scrub(result.content[:2000], self._secrets))
+                          content=self._scrubber.text(result.content[:2000]))
             if result.cancelled or cancel.cancelled:
                 return "cancelled"
             if call.name in ("activate_skill", "deactivate_skill") and result.data.get("changed"):

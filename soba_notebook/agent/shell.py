@@ -11,8 +11,11 @@ This module owns the operating-system side of the tool, kept apart from the tool
 * stdout and stderr go, interleaved, to an anonymous temporary file rather than a pipe, so a
   background process that keeps the descriptor open can never make us wait, and any amount of
   output costs no memory. At most :data:`_SHELL_READ_CAP` bytes are read back.
-* On timeout, on cancel, or when the awaiting task itself is cancelled, the whole process group
-  is killed (``SIGKILL``), so children started by the command die with it.
+* On timeout, on cancel, or when the awaiting task itself is cancelled, every process the command
+  started is killed (``SIGKILL``): its process group and session, and every descendant that left
+  them (``setsid``, a double fork, ``nohup … &``). Descendants are found without cgroups: each
+  command runs with a unique ``SOBA_SHELL_RUN`` variable in its environment, which every child
+  inherits, and ``/proc`` is scanned for it. The result says which processes were killed.
 * The result always ends with a status line, ``[exit code N]`` (``128+N`` when killed by signal
   ``N``, as a shell reports it), ``[timed out after Ns]`` or ``[cancelled: …]``; the compaction
   extractor and the scripted model rely on that line.
@@ -25,9 +28,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,9 +64,61 @@ class ShellResult:
     footer: str = ""
 
 
-def _kill_group(pid: int) -> None:
+_RUN_VARIABLE = "SOBA_SHELL_RUN"
+
+
+def _members(pgid: int, tag: bytes) -> dict[int, str]:
+    """pid -> command name of every process in group/session ``pgid`` or carrying ``tag`` in its environment."""
+    found: dict[int, str] = {}
+    me = os.getpid()
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        if pid == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                stat = fh.read()
+            comm = stat[stat.find(b"(") + 1:stat.rfind(b")")].decode(errors="replace")
+            fields = stat[stat.rfind(b")") + 2:].split()
+            state, pgrp, session = fields[0], int(fields[2]), int(fields[3])
+            if state in (b"Z", b"X"):
+                continue
+            mine = pgrp == pgid or session == pgid
+            if not mine:
+                with open(f"/proc/{pid}/environ", "rb") as fh:
+                    mine = tag in fh.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if mine:
+            found[pid] = comm
+    return found
+
+
+def _kill_tree(pgid: int, tag: bytes) -> dict[int, str]:
+    """SIGKILL the command's group, session and tagged descendants until none is left; who was killed."""
+    killed = _members(pgid, tag)
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
+    alive = dict(killed)
+    for _ in range(50):  # a process may fork while we kill: look again until the scan comes back empty
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed.update(alive)
+        alive = _members(pgid, tag)
+        if not alive:
+            break
+        time.sleep(0.005)  # let the killed ones die before looking again
+    return killed
+
+
+def _killed_note(killed: dict[int, str]) -> str:
+    shown = ", ".join(f"{comm} ({pid})" for pid, comm in sorted(killed.items())[:12])
+    more = f" and {len(killed) - 12:,} more" if len(killed) > 12 else ""
+    return f"[killed {len(killed):,} process{'es' if len(killed) != 1 else ''}: {shown}{more}]\n"
 
 
 def _read_capture(file: IO[bytes]) -> str:
@@ -83,6 +140,10 @@ async def run_shell(command: str, cwd: Path, timeout: float, *, hidden_env: froz
     seconds or when ``cancel`` fires. Raises :class:`~soba_notebook.errors.ToolError` only when
     bash cannot be started."""
     env = {k: v for k, v in os.environ.items() if k not in hidden_env}
+    run_id = secrets.token_hex(8)
+    env[_RUN_VARIABLE] = run_id
+    tag = f"{_RUN_VARIABLE}={run_id}".encode() + b"\0"
+    killed: dict[int, str] | None = None
     env.update({"PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"})
     env.setdefault("TERM", "dumb")
     # Output goes to an anonymous file, not a pipe: a background process that keeps the
@@ -111,12 +172,16 @@ async def run_shell(command: str, cwd: Path, timeout: float, *, hidden_env: froz
             if cancel_watch is not None:
                 cancel_watch.cancel()
             if not waiter.done():
-                _kill_group(proc.pid)  # timeout, cancel, or the agent's own task was cancelled
+                # timeout, cancel, or the agent's own task was cancelled: kill everything it started
+                killed = _kill_tree(proc.pid, tag)
                 with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                     await asyncio.wait_for(asyncio.shield(waiter), 10)
         output = _read_capture(capture).rstrip("\n")
     data: dict[str, Any] = {"command": command}
     prefix = output + "\n" if output else ""
+    if killed is not None:
+        data["killed"] = [{"pid": pid, "name": name} for pid, name in sorted(killed.items())]
+        prefix += _killed_note(killed)
     if status == "exited":
         code = proc.returncode if proc.returncode is not None else -1
         if code < 0:  # killed by a signal: report it the way a shell does

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from ..config import ToolsConfig
 from ..errors import SessionError, ToolError
 from ..providers.base import ToolSpec
+from ..scrub import Scrubber
 from ..session.entries import new_id
 from . import workspace as ws
 from .pyexec import run_python
@@ -92,6 +93,8 @@ class ToolContext:
     kept for the life of this context, is used. ``spill_dir`` defaults to ``<workspace>/.soba/outputs``.
     ``hidden_env`` names environment variables removed from the environment of shell commands
     (the model's API key variable), so ``env`` in a command does not copy a secret into the transcript.
+    ``scrubber`` removes secrets from every result *before* it is bounded or spilled to a file
+    (default: one built from the environment at each call).
     """
 
     workspace: Path
@@ -104,6 +107,7 @@ class ToolContext:
     cancel: CancelToken | None = None
     spill_dir: Path | None = None
     hidden_env: frozenset[str] = frozenset()
+    scrubber: Scrubber | None = None
     _private_namespace: dict[str, Any] = field(default_factory=lambda: {"__name__": "__soba__"}, init=False,
                                                repr=False)
 
@@ -154,6 +158,37 @@ class _Raw:
 
 # -- output bounding ---------------------------------------------------------------------------
 
+#: ``.soba/outputs`` is garbage-collected, oldest first, down to these bounds after every spill.
+SPILL_DIR_MAX_BYTES = 256 * 1024 * 1024
+SPILL_DIR_MAX_FILES = 500
+
+
+def collect_spills(spill_dir: Path, keep: Path, max_bytes: int | None = None, max_files: int | None = None) -> int:
+    """Delete the oldest spill files until the directory is within its bounds; never ``keep``.
+
+    Returns how many files were removed. Only soba's own ``<tool>-<id>.txt`` files are touched.
+    """
+    max_bytes = SPILL_DIR_MAX_BYTES if max_bytes is None else max_bytes
+    max_files = SPILL_DIR_MAX_FILES if max_files is None else max_files
+    files: list[tuple[float, int, Path]] = []
+    for entry in os.scandir(spill_dir):
+        if entry.is_file(follow_symlinks=False) and entry.name.endswith(".txt") and entry.name != keep.name:
+            st = entry.stat(follow_symlinks=False)
+            files.append((st.st_mtime, st.st_size, Path(entry.path)))
+    files.sort()
+    total = sum(size for _, size, _ in files) + keep.stat().st_size
+    count = len(files) + 1
+    removed = 0
+    for _, size, path in files:
+        if total <= max_bytes and count <= max_files:
+            break
+        with contextlib.suppress(OSError):
+            path.unlink()
+            removed += 1
+        total -= size
+        count -= 1
+    return removed
+
 def _cut_head(text: str, size: int) -> str:
     head = text[:size]
     newline = head.rfind("\n")
@@ -171,8 +206,9 @@ def bound_output(text: str, limit: int, spill_dir: Path | None, workspace: Path,
     """``(content, full_chars, spill_path)``: ``text + footer`` bounded to about ``limit`` characters.
 
     Short text passes unchanged (``full_chars`` and ``spill_path`` are ``None``). Long text keeps
-    its head and tail around a pointer line and is written whole to ``spill_dir/<label>-<id>.txt``;
-    the pointer names that file relative to ``workspace`` when it is inside. ``footer`` (a line
+    its head and tail around a pointer line and is written whole to ``spill_dir/<label>-<id>.txt``
+    (the directory is then garbage-collected, oldest first: :func:`collect_spills`); the pointer
+    names that file relative to ``workspace`` when it is inside. The caller scrubs ``text`` first. ``footer`` (a line
     such as ``[exit code 1]``) always stays at the very end.
     """
     full = text + footer
@@ -186,6 +222,7 @@ def bound_output(text: str, limit: int, spill_dir: Path | None, workspace: Path,
             file = spill_dir / f"{label}-{new_id()}.txt"
             file.write_text(full, encoding="utf-8")
             spill_path = ws.display_path(workspace, file.resolve())
+            collect_spills(spill_dir, file)
             where = f"full text in {spill_path}"
         except OSError as exc:
             where = f"the full text could not be saved ({exc.strerror or exc})"
@@ -291,7 +328,7 @@ def _file_raw(result: ws.FileResult) -> _Raw:
 
 async def _read_file(args: dict[str, Any], ctx: ToolContext) -> _Raw:
     return _file_raw(await asyncio.to_thread(ws.read_file, ctx.workspace, args["path"], args.get("start_line"),
-                                             args.get("end_line")))
+                                             args.get("end_line"), ctx.config.max_output_chars))
 
 
 async def _write_file(args: dict[str, Any], ctx: ToolContext) -> _Raw:
@@ -527,8 +564,11 @@ class ToolRegistry:
             raw = _Raw(f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
         except Exception as exc:  # a bug in a tool must not end the turn; report it to the model
             raw = _Raw(f"{name} failed with an internal error: {type(exc).__name__}: {exc}", is_error=True)
-        content, full_chars, spill = bound_output(raw.text, ctx.config.max_output_chars, ctx.spill_dir,
-                                                  ctx.workspace, label=name, footer=raw.footer)
+        scrubber = ctx.scrubber if ctx.scrubber is not None else Scrubber.from_environ()
+        # scrubbed first: the spill file under .soba/outputs must never hold a secret
+        content, full_chars, spill = bound_output(scrubber.text(raw.text), ctx.config.max_output_chars,
+                                                  ctx.spill_dir, ctx.workspace, label=name,
+                                                  footer=scrubber.text(raw.footer))
         data = dict(raw.data)
         if spill is not None:
             data["spill_path"] = spill

@@ -18,18 +18,21 @@ should use in its next call.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import ToolError, WorkspaceError
+from .confine import STATE_DIR_NAME, Located, locate, open_located, protected_identities
+from .fileio import atomic_replace, read_window
 
 __all__ = [
     "NOISE_DIRS",
-    "PROTECTED_PATHS",
     "FileResult",
     "display_path",
     "edit_file",
@@ -46,9 +49,6 @@ __all__ = [
 #: version control, virtual environments, caches and soba's own state.
 NOISE_DIRS = frozenset({".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__", ".mypy_cache",
                         ".pytest_cache", ".ruff_cache", ".tox", ".ipynb_checkpoints", ".soba"})
-
-#: Workspace-relative paths the write tools refuse: soba's append-only transcripts and flight log.
-PROTECTED_PATHS = (".soba/sessions", ".soba/flight.jsonl")
 
 _BINARY_SNIFF_BYTES = 8192
 _MAX_LISTED = 1000
@@ -67,30 +67,24 @@ class FileResult:
 
 # -- confinement -------------------------------------------------------------------------------
 
-def resolve_in_workspace(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
-    """The real path ``path`` names, provided it lies inside ``root``.
+def _protected(root: Path) -> frozenset[tuple[int, int]]:
+    """Identities of the state directories a walk from ``root`` must refuse: its and the user's ``.soba``."""
+    return protected_identities((Path(root) / STATE_DIR_NAME, Path.home() / STATE_DIR_NAME))
 
-    Relative paths resolve against ``root``; absolute paths must already be inside it. Symbolic
-    links are followed (for every component that exists), so a link pointing outside is refused
-    just like ``../``. Raises :class:`WorkspaceError` naming the path and the root.
+
+def _locate(root: Path, path: str, *, spill_read: bool = False) -> Located:
+    return locate(root, path, protected=_protected(root), allow_spill_read=spill_read)
+
+
+def resolve_in_workspace(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
+    """The real path ``path`` names, provided it lies inside ``root`` and outside any ``.soba``.
+
+    The walk is the one the file tools use (:func:`.confine.locate`): links are followed only
+    while they stay inside the workspace. Raises :class:`WorkspaceError` naming the path and root.
     """
     base = Path(root).resolve()
-    text = os.fspath(path)
-    if "\x00" in text:
-        raise WorkspaceError(f"refused: {text!r} contains a NUL character")
-    raw = Path(text).expanduser() if text.startswith("~") else Path(text)
-    candidate = raw if raw.is_absolute() else base / raw
-    try:
-        resolved = candidate.resolve()
-    except (OSError, RuntimeError) as exc:  # symlink loops
-        raise WorkspaceError(f"refused: {text} cannot be resolved inside the workspace {base} ({exc})") from None
-    if resolved == base or resolved.is_relative_to(base):
-        return resolved
-    lexical = Path(os.path.normpath(candidate))
-    if lexical == base or lexical.is_relative_to(base):
-        raise WorkspaceError(f"refused: {text} is outside the workspace {base} "
-                             f"(it resolves to {resolved} through a symbolic link)")
-    raise WorkspaceError(f"refused: {text} is outside the workspace {base}")
+    with _locate(base, os.fspath(path)) as loc:
+        return base.joinpath(*loc.parts)
 
 
 def display_path(root: str | os.PathLike[str], path: Path) -> str:
@@ -103,63 +97,83 @@ def display_path(root: str | os.PathLike[str], path: Path) -> str:
     return rel.as_posix() if rel.parts else "."
 
 
-def _check_writable(root: Path, target: Path, shown: str) -> None:
-    rel = display_path(root, target)
-    for protected in PROTECTED_PATHS:
-        if rel == protected or rel.startswith(protected + "/"):
-            raise WorkspaceError(f"refused: {shown} is part of soba's append-only history ({protected}); "
-                                 f"tools may not write there")
-
-
 # -- reading -----------------------------------------------------------------------------------
 
 def _looks_binary(head: bytes) -> bool:
     return b"\x00" in head
 
 
-def _read_text(root: Path, path: str, *, strict: bool = False) -> tuple[Path, str, str]:
-    """(resolved path, shown path, text) of an existing text file, or a clear ToolError."""
-    target = resolve_in_workspace(root, path)
-    shown = display_path(root, target)
-    if not target.exists():
+def _open_regular(loc: Located, verb: str) -> int:
+    """A read descriptor of the located regular file (FIFOs and devices are never opened)."""
+    shown = loc.shown
+    if loc.st is None:
         raise ToolError(f"no such file: {shown}")
-    if target.is_dir():
+    if stat.S_ISDIR(loc.st.st_mode):
         raise ToolError(f"{shown} is a directory, not a file; use list_files to see what it contains")
-    if not target.is_file():
-        raise ToolError(f"{shown} is not a regular file")
-    raw = target.read_bytes()
-    if _looks_binary(raw[:_BINARY_SNIFF_BYTES]):
-        raise ToolError(f"{shown} looks like a binary file ({len(raw):,} bytes); the file tools only handle text")
-    if strict:
+    if not stat.S_ISREG(loc.st.st_mode):
+        raise ToolError(f"{shown} is not a regular file (a FIFO, socket or device); {verb} only handles files")
+    return open_located(loc, os.O_RDONLY | os.O_NONBLOCK)
+
+
+def _read_text(root: Path, path: str) -> tuple[Located, str]:
+    """(location, text) of an existing UTF-8 text file for editing, or a clear ToolError."""
+    loc = _locate(root, path)
+    try:
+        fd = _open_regular(loc, "edit_file")
+        with os.fdopen(fd, "rb") as fh:
+            raw = fh.read()
+        if _looks_binary(raw[:_BINARY_SNIFF_BYTES]):
+            raise ToolError(f"{loc.shown} looks like a binary file ({len(raw):,} bytes); the file tools only "
+                            f"handle text")
         try:
-            return target, shown, raw.decode("utf-8")
+            return loc, raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ToolError(f"{shown} is not valid UTF-8 (byte {exc.start}); edit_file only edits UTF-8 text, "
-                            f"so the file was left unchanged") from None
-    return target, shown, raw.decode("utf-8", errors="replace")
+            raise ToolError(f"{loc.shown} is not valid UTF-8 (byte {exc.start}); edit_file only edits UTF-8 "
+                            f"text, so the file was left unchanged") from None
+    except BaseException:
+        loc.close()
+        raise
 
 
-def read_file(root: Path, path: str, start_line: int | None = None, end_line: int | None = None) -> FileResult:
-    """The file's lines, numbered from 1 (``cat -n`` style), optionally only ``start_line..end_line``."""
-    _, shown, text = _read_text(root, path)
-    lines = text.splitlines()
-    total = len(lines)
+def read_file(root: Path, path: str, start_line: int | None = None, end_line: int | None = None,
+              max_chars: int = 20_000) -> FileResult:
+    """The file's lines, numbered from 1 (``cat -n`` style), optionally only ``start_line..end_line``.
+
+    At most about ``max_chars`` characters come back: a longer file (or range) is cut at a line
+    boundary with a line saying how big the file is and which ``start_line`` continues it. The
+    file is streamed, never loaded whole, so a 200 MB log costs one window of memory.
+    """
     first = 1 if start_line is None else start_line
-    last = total if end_line is None else min(end_line, total)
     if first < 1:
         raise ToolError(f"start_line must be 1 or more, got {first}")
     if end_line is not None and end_line < first:
         raise ToolError(f"end_line {end_line} is before start_line {first}")
-    data = {"path": shown, "lines": total}
+    with _locate(root, path, spill_read=True) as loc:
+        fd = _open_regular(loc, "read_file")
+    shown = loc.shown
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        head = fh.read(_BINARY_SNIFF_BYTES)
+        if _looks_binary(head):
+            raise ToolError(f"{shown} looks like a binary file ({size:,} bytes); the file tools only handle text")
+        fh.seek(0)
+        window = read_window(fh, first, end_line, max(max_chars - 300, 1_000))
+    total = window.total
+    data = {"path": shown, "lines": total, "bytes": size}
     if total == 0:
         return FileResult(f"({shown} is empty)", data)
     if first > total:
-        raise ToolError(f"start_line {first} is past the end of {shown} ({total} lines)")
+        raise ToolError(f"start_line {first} is past the end of {shown} ({total:,} lines)")
+    last = window.last
     width = max(6, len(str(last)))
-    body = "\n".join(f"{n:>{width}}\t{lines[n - 1]}" for n in range(first, last + 1))
+    body = "\n".join(f"{n:>{width}}\t{line}" for n, line in window.rows)
+    wanted_last = total if end_line is None else min(end_line, total)
     if first != 1 or last != total:
-        span = f"line {first}" if first == last else f"lines {first}-{last}"
-        body += f"\n[{span} of {total} in {shown}]"
+        span = f"line {first:,}" if first == last else f"lines {first:,}-{last:,}"
+        body += f"\n[{span} of {total:,} in {shown}"
+        if last < wanted_last:
+            body += f" ({size:,} bytes); output is bounded, continue with start_line={last + 1}"
+        body += "]"
     return FileResult(body, {**data, "start_line": first, "end_line": last})
 
 
@@ -169,17 +183,39 @@ def _count_lines(text: str) -> int:
     return len(text.splitlines())
 
 
+def _make_dirs(loc: Located) -> None:
+    """Create the missing directories of ``loc`` one by one, moving ``loc.dir_fd`` down (never via a link)."""
+    for name in loc.missing:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o777, dir_fd=loc.dir_fd)
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=loc.dir_fd)
+        os.close(loc.dir_fd)
+        loc.dir_fd = fd
+    loc.missing = ()
+
+
+def _check_target(loc: Located, verb: str) -> None:
+    st = loc.st
+    if st is None:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise ToolError(f"{loc.shown} is a directory; {verb} needs a file path")
+    if not stat.S_ISREG(st.st_mode):
+        raise ToolError(f"{loc.shown} is not a regular file (a FIFO, socket or device); {verb} refuses it")
+    if st.st_nlink > 1:
+        raise WorkspaceError(f"refused: {loc.shown} has {st.st_nlink} hard links; another name for the same file may "
+                             f"lie outside the workspace, so {verb} does not change it")
+
+
 def write_file(root: Path, path: str, content: str) -> FileResult:
-    """Create or replace a file (parent directories included) with ``content``."""
-    target = resolve_in_workspace(root, path)
-    shown = display_path(root, target)
-    _check_writable(root, target, shown)
-    if target.is_dir():
-        raise ToolError(f"{shown} is a directory; write_file needs a file path")
-    created = not target.exists()
-    target.parent.mkdir(parents=True, exist_ok=True)
+    """Create or replace a file (parent directories included) with ``content``, atomically."""
     payload = content.encode("utf-8")
-    target.write_bytes(payload)
+    with _locate(root, path) as loc:
+        _check_target(loc, "write_file")
+        created = loc.st is None
+        _make_dirs(loc)
+        atomic_replace(loc, payload, "write_file")
+        shown = loc.shown
     lines = _count_lines(content)
     verb = "created" if created else "replaced"
     return FileResult(f"{verb} {shown}: wrote {len(payload):,} bytes ({lines:,} lines)",
@@ -188,8 +224,14 @@ def write_file(root: Path, path: str, content: str) -> FileResult:
 
 def edit_file(root: Path, path: str, old: str, new: str, replace_all: bool = False) -> FileResult:
     """Replace the exact text ``old`` with ``new``: once (it must be unique) or everywhere."""
-    target, shown, text = _read_text(root, path, strict=True)
-    _check_writable(root, target, shown)
+    loc, text = _read_text(root, path)
+    with loc:
+        _check_target(loc, "edit_file")
+        return _apply_edit(loc, text, old, new, replace_all)
+
+
+def _apply_edit(loc: Located, text: str, old: str, new: str, replace_all: bool) -> FileResult:
+    shown = loc.shown
     if not old:
         raise ToolError("old must not be empty; to create or overwrite a whole file use write_file")
     if old == new:
@@ -212,7 +254,7 @@ def edit_file(root: Path, path: str, old: str, new: str, replace_all: bool = Fal
                         f"unique or pass replace_all")
     first_at = text.index(old)
     updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-    target.write_bytes(updated.encode("utf-8"))
+    atomic_replace(loc, updated.encode("utf-8"), "edit_file")
     start = text.count("\n", 0, first_at) + 1
     end = start + max(new.count("\n") - (1 if new.endswith("\n") else 0), 0)
     where = f"line {start}" if start == end else f"lines {start}-{end}"
@@ -223,28 +265,37 @@ def edit_file(root: Path, path: str, old: str, new: str, replace_all: bool = Fal
 
 # -- listing and searching ---------------------------------------------------------------------
 
+def _is_state_dir(name: str) -> bool:
+    return name.lower() == STATE_DIR_NAME
+
+
 def list_files(root: Path, path: str = ".") -> FileResult:
     """One directory level: subdirectories first (with a trailing ``/``), then files with sizes."""
-    target = resolve_in_workspace(root, path or ".")
-    shown = display_path(root, target)
-    if not target.exists():
-        raise ToolError(f"no such directory: {shown}")
-    if not target.is_dir():
-        size = target.stat().st_size
-        return FileResult(f"{shown}  ({size:,} bytes)", {"path": shown, "entries": 1})
+    with _locate(root, path or ".") as loc:
+        shown = loc.shown
+        if loc.st is None:
+            raise ToolError(f"no such directory: {shown}")
+        if not stat.S_ISDIR(loc.st.st_mode):
+            return FileResult(f"{shown}  ({loc.st.st_size:,} bytes)", {"path": shown, "entries": 1})
+        fd = open_located(loc, os.O_RDONLY | os.O_DIRECTORY)
     dirs: list[str] = []
     files: list[str] = []
-    for child in sorted(target.iterdir(), key=lambda p: p.name):
-        rel = child.name if shown == "." else f"{shown}/{child.name}"
-        if child.is_symlink():
-            files.append(f"{rel} -> {os.readlink(child)}")
-        elif child.is_dir():
-            dirs.append(rel + "/")
-        else:
-            try:
-                files.append(f"{rel}  ({child.stat().st_size:,} bytes)")
-            except OSError:
-                files.append(rel)
+    try:
+        for child in sorted(os.scandir(fd), key=lambda e: e.name):
+            if _is_state_dir(child.name):
+                continue  # soba's own state is not the agent's to see
+            rel = child.name if shown == "." else f"{shown}/{child.name}"
+            if child.is_symlink():
+                files.append(f"{rel} -> {os.readlink(child.name, dir_fd=fd)}")
+            elif child.is_dir(follow_symlinks=False):
+                dirs.append(rel + "/")
+            else:
+                try:
+                    files.append(f"{rel}  ({child.stat(follow_symlinks=False).st_size:,} bytes)")
+                except OSError:
+                    files.append(rel)
+    finally:
+        os.close(fd)
     entries = dirs + files
     if not entries:
         return FileResult(f"({shown} is an empty directory)", {"path": shown, "entries": 0})
@@ -299,12 +350,33 @@ def _glob_body(pattern: str) -> str:
     return "".join(out)
 
 
-def _walk_files(start: Path, keep: frozenset[str]) -> Iterator[Path]:
-    """Files under ``start`` in sorted order, not descending into noise dirs unless named in ``keep``."""
-    for dirpath, dirnames, filenames in os.walk(start):
-        dirnames[:] = sorted(d for d in dirnames if d not in NOISE_DIRS or d in keep)
-        for name in sorted(filenames):
-            yield Path(dirpath) / name
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A directory entry met by the walk: its path inside the workspace and where to open it."""
+
+    rel: str
+    name: str
+    dir_fd: int
+    st: os.stat_result
+
+
+def _walk_files(root: Path, start: Located, keep: frozenset[str]) -> Iterator[_Found]:
+    """Entries (not directories) under ``start`` in sorted order, never through a link, never into
+    ``.soba``, and not into noise dirs unless named in ``keep``. ``dir_fd`` is valid while iterating."""
+    fd = open_located(start, os.O_RDONLY | os.O_DIRECTORY)
+    prefix = "" if start.shown == "." else start.shown + "/"
+    try:
+        for dirpath, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
+            dirnames[:] = sorted(d for d in dirnames if not _is_state_dir(d) and (d not in NOISE_DIRS or d in keep))
+            rel_dir = prefix + dirpath[2:] + ("/" if len(dirpath) > 2 else "")
+            for name in sorted(filenames):
+                try:
+                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                yield _Found(rel_dir + name, name, dir_fd, st)
+    finally:
+        os.close(fd)
 
 
 def _named(text: str) -> frozenset[str]:
@@ -331,17 +403,13 @@ def glob_files(root: Path, pattern: str) -> FileResult:
         if _GLOB_CHARS & set(part):
             break
         literal_parts.append(part)
-    start = resolve_in_workspace(root, "/".join(literal_parts) or ".")
-    base = root.resolve()
     matcher = glob_regex(text)
     matches: list[str] = []
-    if start.is_dir():
-        for file in _walk_files(start, _named(text)):
-            rel = display_path(base, file)
-            if matcher.match(rel):
-                matches.append(rel)
-    elif start.is_file() and matcher.match(display_path(base, start)):
-        matches.append(display_path(base, start))
+    with _locate(root, "/".join(literal_parts) or ".") as start:
+        if start.st is not None and stat.S_ISDIR(start.st.st_mode):
+            matches = [f.rel for f in _walk_files(root, start, _named(text)) if matcher.match(f.rel)]
+        elif start.st is not None and matcher.match(start.shown):
+            matches.append(start.shown)
     if not matches:
         return FileResult(f"no files match {pattern}", {"pattern": pattern, "matches": 0})
     body = "\n".join(matches[:_MAX_LISTED])
@@ -356,47 +424,72 @@ def grep_files(root: Path, pattern: str, path: str = ".", glob: str | None = Non
         regex = re.compile(pattern)
     except re.error as exc:
         raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from None
-    start = resolve_in_workspace(root, path or ".")
-    base = root.resolve()
-    shown = display_path(base, start)
-    if not start.exists():
-        raise ToolError(f"no such file or directory: {shown}")
     name_filter = glob_regex(glob) if glob else None
     filter_on_name = bool(glob) and "/" not in (glob or "")
-    files = [start] if start.is_file() else _walk_files(start, _named(path or "") | _named(glob or ""))
     hits: list[str] = []
     searched = 0
     capped = False
-    for file in files:
-        rel = display_path(base, file)
-        if name_filter is not None and not name_filter.match(file.name if filter_on_name else rel):
-            continue
-        try:
-            if file.is_symlink() and not file.resolve().is_relative_to(base):
-                continue  # a link pointing outside the workspace is never read
-            if not file.is_file() or file.stat().st_size > _MAX_GREP_FILE_BYTES:
+    loops: list[str] = []
+    with _locate(root, path or ".") as start:
+        shown = start.shown
+        if start.st is None:
+            raise ToolError(f"no such file or directory: {shown}")
+        if stat.S_ISDIR(start.st.st_mode):
+            found: Iterator[_Found] = _walk_files(root, start, _named(path or "") | _named(glob or ""))
+        else:
+            found = iter([_Found(shown, start.name, start.dir_fd, start.st)])
+        for entry in found:
+            if name_filter is not None and not name_filter.match(entry.name if filter_on_name else entry.rel):
                 continue
-            raw = file.read_bytes()
-        except OSError:
-            continue
-        if _looks_binary(raw[:_BINARY_SNIFF_BYTES]):
-            continue
-        searched += 1
-        for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
-            if regex.search(line):
-                if len(line) > _MAX_GREP_LINE_CHARS:
-                    line = line[:_MAX_GREP_LINE_CHARS] + " …"
-                hits.append(f"{rel}:{number}: {line}")
-                if len(hits) >= _MAX_GREP_MATCHES:
-                    capped = True
-                    break
-        if capped:
-            break
+            raw = _grep_read(root, entry, loops)
+            if raw is None or _looks_binary(raw[:_BINARY_SNIFF_BYTES]):
+                continue
+            searched += 1
+            for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
+                if regex.search(line):
+                    if len(line) > _MAX_GREP_LINE_CHARS:
+                        line = line[:_MAX_GREP_LINE_CHARS] + " …"
+                    hits.append(f"{entry.rel}:{number}: {line}")
+                    if len(hits) >= _MAX_GREP_MATCHES:
+                        capped = True
+                        break
+            if capped:
+                break
+    note = ""
+    if loops:
+        shown_loops = ", ".join(loops[:5]) + (f" and {len(loops) - 5:,} more" if len(loops) > 5 else "")
+        note = f"\n[skipped {len(loops):,} symbolic link{'s' if len(loops) > 1 else ''} that loop: {shown_loops}]"
     data = {"pattern": pattern, "path": shown, "matches": len(hits), "files_searched": searched}
     if not hits:
         where = shown + (f" (files matching {glob})" if glob else "")
-        return FileResult(f"no matches for /{pattern}/ in {where} ({searched:,} files searched)", data)
+        return FileResult(f"no matches for /{pattern}/ in {where} ({searched:,} files searched){note}", data)
     body = "\n".join(hits)
     if capped:
         body += f"\n[stopped after {_MAX_GREP_MATCHES} matches; narrow the pattern, path or glob]"
-    return FileResult(body, {**data, "capped": capped})
+    return FileResult(body + note, {**data, "capped": capped, "skipped_loops": len(loops)})
+
+
+def _grep_read(root: Path, entry: _Found, loops: list[str]) -> bytes | None:
+    """The bytes of a regular text file grep may search; links are walked inside the workspace only."""
+    st = entry.st
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            with _locate(root, entry.rel) as loc:
+                if loc.st is None or not stat.S_ISREG(loc.st.st_mode) or loc.st.st_size > _MAX_GREP_FILE_BYTES:
+                    return None
+                fd = open_located(loc, os.O_RDONLY | os.O_NONBLOCK)
+        except WorkspaceError as exc:
+            if "loop" in str(exc):
+                loops.append(entry.rel)
+            return None  # a link pointing outside the workspace (or into .soba) is never read
+        except OSError:
+            return None
+    else:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_GREP_FILE_BYTES:
+            return None  # FIFOs, sockets and devices are never opened
+        try:
+            fd = os.open(entry.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=entry.dir_fd)
+        except OSError:
+            return None
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(_MAX_GREP_FILE_BYTES + 1)

@@ -35,6 +35,7 @@ from ..config import SobaConfig
 from ..errors import CompactionFailed, StaleLeafError, TurnCancelled
 from ..events import EventBus
 from ..flight import FlightRecorder
+from ..scrub import Scrubber
 from ..session.entries import Entry
 from ..session.model_input import ModelInputBuilder
 from ..session.store import SessionStore
@@ -99,7 +100,7 @@ def capsule_of(entry: Entry) -> Capsule:
 def capsule_message(entry: Entry) -> dict[str, Any]:
     """The capsule entry as the first message of model input."""
     text = render(capsule_of(entry), checkpoint_id=entry.data.get("checkpointId"),
-                  quality=str(entry.data.get("quality", "ok")))
+                  quality=str(entry.data.get("quality", "ok")), handoff=entry.data.get("trigger") == "capsule_load")
     return {"role": "user", "content": text}
 
 
@@ -355,7 +356,7 @@ class CompactionEngine:
             checkpoint_id = "ck_" + secrets.token_hex(5)
             capsule_entry = Entry("capsule", self.scrub({
                 "checkpointId": checkpoint_id, "firstKeptEntryId": plan.first_kept_entry_id,
-                "trigger": str(trigger), "quality": quality, "state": capsule.to_json(),
+                "trigger": str(trigger), "quality": quality, "state": Scrubber.from_environ().json(capsule.to_json()),
                 "tokensBefore": plan.tokens_before, "tokensAfter": after, "source": plan.source,
                 "operationId": plan.operation_id, "previousCheckpointId": plan.previous_checkpoint_id,
                 "summarizedEntries": plan.entry_count, "note": note}), parent_id=plan.leaf_id)

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import secrets
+import stat
 import tempfile
 import time
 from collections.abc import Mapping
@@ -613,15 +614,29 @@ def load_text(text: str, *, source: str = "<string>", strict: bool = False) -> P
     return PortableCapsule(capsule=capsule, edited=edited, **meta)
 
 
+#: A capsule file is a page of notes; anything bigger than this is refused before it is parsed.
+_MAX_CAPSULE_FILE_BYTES = 8 * 1024 * 1024
+
+
 def load(path: str | os.PathLike[str], *, strict: bool = False) -> PortableCapsule:
     """Read a ``.capsule.md`` file (see :func:`load_text`); errors name the file and line."""
     file = Path(path)
     try:
-        data = file.read_bytes()
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not hang the kernel
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                raise CapsuleFileError(str(file), None, "not a regular file (a FIFO, socket or device); a capsule "
+                                                        "is a .capsule.md text file")
+            data = fh.read(_MAX_CAPSULE_FILE_BYTES + 1)
     except FileNotFoundError:
         raise CapsuleFileError(str(file), None, "no such capsule file") from None
     except OSError as exc:
         raise CapsuleFileError(str(file), None, f"cannot read capsule file ({exc.strerror})") from None
+    if len(data) > _MAX_CAPSULE_FILE_BYTES:
+        raise CapsuleFileError(str(file), None, f"larger than {_MAX_CAPSULE_FILE_BYTES:,} bytes; not a capsule")
+    if b"\0" in data:
+        raise CapsuleFileError(str(file), data.count(b"\n", 0, data.index(b"\0")) + 1,
+                               "contains a NUL byte; a capsule is plain text")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -22,7 +22,8 @@ from typing import Any
 
 from ..agent import AgentHandle, AgentRuntime, TurnResult, open_agent
 from ..cancel import CancelToken
-from ..config import SobaConfig, load_config
+from ..config import ConfigEdit, SobaConfig, config_edit, load_config
+from ..errors import ConfigError
 from ..events import Event, EventBus
 from .display import budget_line, detect_frontend
 
@@ -114,6 +115,7 @@ class NotebookSession:
         self._unsubscribe: Callable[[], None] | None = None
         self.last_result: TurnResult | None = None
         self.notices: list[str] = []
+        self._deferred_said: dict[str, Any] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     def config(self) -> SobaConfig:
@@ -182,6 +184,8 @@ class NotebookSession:
         assert self.runtime is not None
         self.show_budget(show=self.frontend != "terminal")
         self._drain_events()
+        if not self.runtime.busy:
+            self.apply_config_edits()
         queued = self.runtime.submit(prompt)
         if queued.position:
             print(f"queued: {queued.position} turn(s) ahead of this one; it runs when they finish")
@@ -280,6 +284,27 @@ class NotebookSession:
             "last_compaction": last.to_event() if last else None,
             "last_turn": self.last_result.outcome if self.last_result else None,
         }
+
+    def apply_config_edits(self) -> ConfigEdit | None:
+        """Take config file edits over before a turn: say what applies now and what after ``%soba --new``."""
+        if self.handle is None:
+            return None
+        agent = self.handle.agent
+        try:
+            edit = config_edit(agent.config, self.config())
+        except ConfigError as exc:
+            print(f"config not applied: {exc}; the session keeps its current config")
+            return None
+        if edit.applied:
+            agent.set_config(edit.config)
+            keys = ", ".join(f"{k} = {new!r}" for k, (_, new) in edit.applied.items())
+            print(f"config: {keys} applied from this turn on")
+        fresh = {k: v for k, v in edit.deferred.items() if self._deferred_said.get(k) != v[1]}
+        if fresh:
+            self._deferred_said.update({k: new for k, (_, new) in fresh.items()})
+            keys = ", ".join(f"{k} = {new!r}" for k, (_, new) in fresh.items())
+            print(f"config: {keys} changed; it applies after %soba --new (this session keeps its current value)")
+        return edit
 
     def set_override(self, section: str, key: str, value: Any) -> SobaConfig:
         self.overrides.setdefault(section, {})[key] = value

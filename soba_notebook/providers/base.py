@@ -150,7 +150,10 @@ def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
         return dict(raw)
     if raw is None or not raw.strip():
         return {}
-    value = json.loads(raw)
+    try:
+        value = json.loads(raw)
+    except RecursionError:  # hostile nesting: a parse error like any other, not a crash
+        raise ValueError("arguments nested too deeply to parse") from None
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {type(value).__name__}")
     return value

@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from soba_notebook.errors import AuthError, ContextOverflowError, ProviderError
+from soba_notebook.scrub import Scrubber
 
 from .base import StreamEvent
 
@@ -151,11 +152,8 @@ def overflow_error(message: str, body_text: str, status: int | None = None) -> C
 
 
 def redact(text: str, secrets: Sequence[str | None]) -> str:
-    """``text`` with every occurrence of each (non-trivial) secret replaced by ``[redacted]``."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-    return text
+    """``text`` through the one scrubber (:mod:`soba_notebook.scrub`), ``secrets`` included."""
+    return Scrubber.from_environ(extra_values=secrets).text(text)
 
 
 def _shorten(text: str, limit: int = 400) -> str:

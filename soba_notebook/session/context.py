@@ -15,7 +15,8 @@ from typing import Any
 from ..errors import SessionWarning
 from .entries import Entry
 
-__all__ = ["ModelContext", "build_context", "context_key", "context_start", "latest_capsule_index", "pair_problems"]
+__all__ = ["ModelContext", "build_context", "capsule_is_usable", "context_key", "context_start",
+           "latest_capsule_index", "pair_problems"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,9 +33,37 @@ class ModelContext:
         return [e.message for e in self.messages]
 
 
+#: capsule entry object -> whether its state is a valid capsule (checked once per entry object)
+_CAPSULE_OK: dict[int, tuple[Entry, bool]] = {}
+
+
+def capsule_is_usable(entry: Entry) -> bool:
+    """Whether a capsule entry's ``state`` is a valid capsule; warns once (naming the line) when not.
+
+    An invalid capsule (hand-edited, written by a buggy tool) is skipped for model input: the
+    capsule before it (or the root) is in force again, so the budget grows and the engine
+    compacts again, instead of every later turn failing on it.
+    """
+    cached = _CAPSULE_OK.get(id(entry))
+    if cached is not None and cached[0] is entry:
+        return cached[1]
+    from ..compaction.capsule import validate_capsule_json  # lazy: compaction imports this module
+
+    try:
+        problems = validate_capsule_json(entry.data.get("state"))
+    except RecursionError:
+        problems = ["nested too deeply"]
+    if problems:
+        where = f"line {entry.line}: " if entry.line else ""
+        warnings.warn(f"{where}capsule entry {entry.id} is invalid ({'; '.join(problems[:3])}); it is skipped for "
+                      f"model input and the session compacts again when needed", SessionWarning, stacklevel=3)
+    _CAPSULE_OK[id(entry)] = (entry, not problems)
+    return not problems
+
+
 def latest_capsule_index(path: Sequence[Entry]) -> int | None:
     for i in range(len(path) - 1, -1, -1):
-        if path[i].type == "capsule":
+        if path[i].type == "capsule" and capsule_is_usable(path[i]):
             return i
     return None
 

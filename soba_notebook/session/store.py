@@ -7,9 +7,11 @@ What this module guarantees:
 * **One write per entry.** An entry is serialized to one line and written with a single
   ``write`` on an ``O_APPEND`` descriptor while an exclusive ``flock`` is held, so two kernels or
   processes appending to the same session never interleave. ``fsync`` is optional.
-* **Crash safety.** A torn last line (a writer killed mid-write) is detected on open, reported
-  once as a :class:`~soba_notebook.errors.SessionWarning`, and skipped; the next append starts on
-  a fresh line.
+* **Crash safety.** A torn last line (a writer killed mid-write, a write that failed on a full
+  disk) is detected on open, reported once as a :class:`~soba_notebook.errors.SessionWarning`,
+  skipped for reading, left in place and copied to ``<id>.jsonl.torn-<offset>`` where the user
+  can see it; the next append starts on a fresh line. A failed append raises a
+  :class:`~soba_notebook.errors.SessionError` naming the file and the cause.
 * **Live readers.** :meth:`SessionStore.refresh` picks up lines other writers appended; readers
   only ever consume complete lines, so a half-written entry is never seen.
 * **Clear errors.** A missing header, a non-JSON line, a parent that points nowhere: the message
@@ -25,6 +27,7 @@ import gc
 import json
 import json.scanner
 import os
+import stat
 import threading
 import time
 import warnings
@@ -120,7 +123,7 @@ class SessionStore:
         """Open an existing session file, reporting (not raising) skipped or repaired lines."""
         file = Path(path)
         try:
-            fh = open(file, "rb")  # noqa: SIM115 - closed by the with-block below
+            fh = _open_regular(file)
         except FileNotFoundError:
             raise SessionError(f"{file}: no such session file") from None
         except OSError as exc:
@@ -146,7 +149,7 @@ class SessionStore:
     def _parse_header(file: Path, line: bytes) -> dict[str, Any]:
         try:
             header = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             header = None
         if not isinstance(header, dict) or header.get("type") != "session":
             raise SessionError(f"{file}:1: missing session header: the first line must be a "
@@ -197,8 +200,10 @@ class SessionStore:
         tail = len(raw) - end
         if tail and tail_is_torn:
             self._line_no += 1
-            self._problem(f"{self.file}:{self._line_no}: torn last line ({tail} bytes, the writer was probably "
-                          f"killed mid-write); skipped, the next entry starts on a fresh line")
+            kept = self._quarantine(raw[end:], base + end)
+            self._problem(f"{self.file}:{self._line_no}: torn last line ({tail:,} bytes: a writer was killed "
+                          f"mid-write or a write failed, e.g. on a full disk); skipped for reading and left in "
+                          f"place{kept}, the next entry starts on a fresh line")
             self._offset += tail
             self._needs_newline = True
         if new:
@@ -238,6 +243,23 @@ class SessionStore:
             if paused:
                 gc.enable()
 
+    def _quarantine(self, tail: bytes, offset: int) -> str:
+        """Copy a torn tail beside the session (``<id>.jsonl.torn-<offset>``) so the user can see it."""
+        copy = self.file.with_name(f"{self.file.name}.torn-{offset}")
+        try:
+            fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            return f"; a copy of its bytes is in {copy}"
+        except OSError:
+            return ""
+        try:
+            os.write(fd, tail)
+        except OSError:
+            return ""
+        finally:
+            os.close(fd)
+        return f"; a copy of its bytes is in {copy}"
+
     def _parse_lines(self, region: bytes, first_line: int) -> Iterator[tuple[int, Any]]:
         """(line number, parsed value) for every non-blank line; bad lines are reported and skipped.
 
@@ -259,7 +281,7 @@ class SessionStore:
                 if nl > pos:
                     try:
                         obj, end = scan(text, pos)
-                    except (StopIteration, ValueError):
+                    except (StopIteration, ValueError, RecursionError):
                         obj, end = _BAD, pos
                     if obj is _BAD or (end != nl and text[end:nl].strip()):
                         yield from self._parse_slow([text[pos:nl].encode()], line_no)
@@ -277,6 +299,9 @@ class SessionStore:
                 yield first_line + i, json.loads(chunk)
             except ValueError as exc:
                 self._problem(f"{self.file}:{first_line + i}: not valid JSON ({exc}); line skipped, file unchanged")
+            except RecursionError:
+                self._problem(f"{self.file}:{first_line + i}: JSON nested too deeply to be an entry; line skipped, "
+                              f"file unchanged")
 
     def _problem(self, message: str) -> None:
         self.problems.append(message)
@@ -295,7 +320,11 @@ class SessionStore:
         by_id[eid] = entry
         if entry.type == "leaf":
             target = entry.data.get("targetId")
-            self._set_leaf(target if isinstance(target, str) and target in by_id else None)
+            if isinstance(target, str) and target in by_id:
+                self._set_leaf(target)
+            else:
+                self._problem(f"{self.file}:{entry.line}: leaf entry {eid!r} points to {target!r}, which is no "
+                              f"earlier entry; ignored, the leaf stays at {self._leaf!r} and no history is dropped")
             return True
         path = self._path_ids
         if path is not None and parent == self._leaf:
@@ -440,15 +469,7 @@ class SessionStore:
             # so one entry stays one line for every reader, not only ours.
             payload = payload.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
             data = (("\n" if self._needs_newline else "") + payload + "\n").encode()
-            fd = os.open(self.file, os.O_WRONLY | os.O_APPEND)
-            try:
-                written = os.write(fd, data)
-                if written != len(data):  # pragma: no cover - regular files write fully
-                    raise SessionError(f"{self.file}: short write ({written} of {len(data)} bytes)")
-                if self.fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
+            self._write_line(data, entry)
             self._needs_newline = False
             self._offset += len(data)
             self._line_no += 1
@@ -525,6 +546,32 @@ class SessionStore:
         parts.append(b"")
         return filled, b"\n".join(parts)
 
+    def _write_line(self, data: bytes, entry: Entry) -> None:
+        """One ``write`` of a whole line. On a full disk or an I/O error: a :class:`SessionError`
+        naming the file and the cause, and any bytes that did land are a torn line the next append
+        steps over (and the next open quarantines), never a half-entry glued to the next one."""
+        written = 0
+        try:
+            fd = os.open(self.file, os.O_WRONLY | os.O_APPEND)
+            try:
+                written = os.write(fd, data)
+                if written == len(data) and self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise self._write_failed(entry, exc.strerror or str(exc), written) from None
+        if written != len(data):
+            raise self._write_failed(entry, f"only {written:,} of {len(data):,} bytes were written", written)
+
+    def _write_failed(self, entry: Entry, cause: str, written: int) -> SessionError:
+        if written:
+            self._offset += written
+            self._line_no += 1
+            self._needs_newline = True
+        return SessionError(f"{self.file}: could not append the {entry.type} entry ({cause}); it was not saved. "
+                            f"Free some space (or fix the disk) and go on: the session stays readable")
+
     def rewind(self, entry_id: str, reason: str = "rewind") -> Entry:
         """Move the leaf to ``entry_id`` by appending a ``leaf`` entry; no earlier line changes."""
         from .entries import leaf_marker
@@ -569,6 +616,16 @@ class BatchEntryError(SessionError):
         super().__init__(message)
         self.index = index
 
+def _open_regular(file: Path) -> Any:
+    """``file`` opened for reading, refused unless it is a regular file: a FIFO would hang the kernel."""
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise SessionError(f"{file}: not a regular file (a FIFO, socket or device); a session is a .jsonl file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
 
 def list_sessions(directory: str | os.PathLike[str]) -> list[SessionInfo]:
     """Sessions in ``directory``, newest first, reading only each file's header line."""
@@ -578,10 +635,13 @@ def list_sessions(directory: str | os.PathLike[str]) -> list[SessionInfo]:
         return out
     for file in directory.glob("*.jsonl"):
         try:
-            with open(file, "rb") as fh:
+            if not stat.S_ISREG(file.lstat().st_mode):
+                warnings.warn(f"{file}: not a regular file; not listed as a session", SessionWarning, stacklevel=2)
+                continue
+            with _open_regular(file) as fh:
                 header = json.loads(fh.readline() or b"null")
             st = file.stat()
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError, SessionError):
             continue
         if not isinstance(header, dict) or header.get("type") != "session":
             continue

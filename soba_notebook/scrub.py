@@ -1,0 +1,140 @@
+"""The one secret scrubber: what counts as a secret, and how it is replaced, for every file soba writes.
+
+Everything that leaves the kernel's memory for a file or the screen passes through
+:class:`Scrubber`: transcript entries, spilled tool output (``.soba/outputs``, scrubbed *before*
+it is written), capsules, Portable Capsules and Project Memory, flight records and provider error
+messages. One rule everywhere (there used to be three, with different rules):
+
+* **values of secret variables in the environment**, read when the scrubber is built (the agent
+  builds one per turn, so ``%env MY_TOKEN=...`` set after start is scrubbed from the next turn
+  on): the well-known provider keys and any variable whose name ends with ``_API_KEY``,
+  ``_TOKEN``, ``_SECRET`` or ``_PASSWORD``, at least :data:`MIN_SECRET_LENGTH` characters long;
+  plus explicitly named variables (the model's ``apiKeyEnv``) and explicit values (a key passed
+  to a provider in code). The marker names the variable;
+* **common token shapes** wherever they come from: ``sk-…`` / ``sk-ant-…`` keys, GitHub, Slack
+  and AWS tokens, ``Bearer`` headers, private key blocks. The marker names the kind.
+
+Each secret becomes ``[REDACTED:<NAME or kind>]``. Scrubbing is idempotent and pure; nothing is
+logged, and a secret never appears in an error.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "KNOWN_SECRET_VARIABLES",
+    "MIN_SECRET_LENGTH",
+    "SECRET_SUFFIXES",
+    "TOKEN_PATTERNS",
+    "Scrubber",
+    "marker",
+    "scrub_text",
+    "secret_variables",
+]
+
+#: Variables always treated as secrets when set (and long enough).
+KNOWN_SECRET_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY", "GITHUB_TOKEN", "HF_TOKEN")
+#: A variable whose (upper-cased) name ends with one of these holds a secret.
+SECRET_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+#: Shorter values are not redacted: they would match ordinary text.
+MIN_SECRET_LENGTH = 8
+
+#: Not preceded by a token character: ``task-…`` must not look like ``sk-…``.
+_EDGE = r"(?<![A-Za-z0-9_\-])"
+
+#: (kind, pattern): the text a pattern matches is replaced by the marker, except that a ``keep``
+#: group (the word ``Bearer``) stays in front of it. Order matters: the longest,
+#: most specific shapes first (``sk-ant-`` before ``sk-``).
+TOKEN_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("private_key", re.compile(
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)",
+        re.DOTALL)),
+    ("anthropic_key", re.compile(_EDGE + r"sk-ant-[A-Za-z0-9_\-]{16,}")),
+    ("openai_key", re.compile(_EDGE + r"sk-[A-Za-z0-9][A-Za-z0-9_\-]{15,}")),
+    ("github_pat", re.compile(_EDGE + r"github_pat_[A-Za-z0-9_]{20,}")),
+    ("github_token", re.compile(_EDGE + r"gh[pousr]_[A-Za-z0-9]{20,}")),
+    ("slack_token", re.compile(_EDGE + r"xox[bp]-[A-Za-z0-9\-]{10,}")),
+    ("aws_access_key", re.compile(r"(?<![A-Z0-9])AKIA[0-9A-Z]{16}(?![A-Z0-9])")),
+    # a token has at least one digit or symbol: "bearer certificates" is prose, not a header
+    ("bearer_token", re.compile(r"(?P<keep>\b(?i:bearer)[ \t]+)(?=[A-Za-z]*[0-9._~+/\-])[A-Za-z0-9._~+/\-]{8,}=*")),
+)
+
+
+def marker(name: str) -> str:
+    """The text that replaces a secret: ``[REDACTED:<NAME or kind>]``."""
+    return f"[REDACTED:{name}]"
+
+
+def secret_variables(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``{variable name: value}`` for every secret-looking variable set in ``environ``."""
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    for name, value in env.items():
+        if not isinstance(value, str) or len(value) < MIN_SECRET_LENGTH:
+            continue
+        upper = name.upper()
+        if upper in KNOWN_SECRET_VARIABLES or upper.endswith(SECRET_SUFFIXES):
+            out[name] = value
+    return out
+
+
+#: The marker name of a secret handed over as a value, not found in a variable.
+EXPLICIT_SECRET = "api_key"
+
+
+@dataclass(frozen=True, slots=True)
+class Scrubber:
+    """Scrubbing for one snapshot of the environment: ``(name, value)`` pairs, longest value first."""
+
+    secrets: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None, *, extra_names: Iterable[str | None] = (),
+                     extra_values: Iterable[str | None] = ()) -> Scrubber:
+        """The secrets of ``environ`` (default: :data:`os.environ`, read now), plus ``extra_names``
+        (variables that hold a secret whatever their name) and ``extra_values`` (secrets given as
+        values, at least 4 characters)."""
+        env = os.environ if environ is None else environ
+        found = secret_variables(env)
+        for name in extra_names:
+            value = env.get(name) if name else None
+            if isinstance(value, str) and len(value) >= MIN_SECRET_LENGTH:
+                found[name] = value  # type: ignore[index]
+        pairs = [(n, v) for n, v in found.items()]
+        known = {v for _, v in pairs}
+        pairs += [(EXPLICIT_SECRET, v) for v in extra_values if v and len(v) >= 4 and v not in known]
+        # longest first, so a value that contains another secret is replaced whole
+        return cls(tuple(sorted(pairs, key=lambda kv: (-len(kv[1]), kv[0]))))
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The environment variables this scrubber treats as secrets."""
+        return frozenset(n for n, _ in self.secrets if n != EXPLICIT_SECRET)
+
+    def text(self, text: str) -> str:
+        for name, value in self.secrets:
+            if value in text:
+                text = text.replace(value, marker(name))
+        for kind, pattern in TOKEN_PATTERNS:
+            text = pattern.sub(lambda m, kind=kind: (m.groupdict().get("keep") or "") + marker(kind), text)
+        return text
+
+    def json(self, value: Any) -> Any:
+        """:meth:`text` applied to every string value (never the keys) of a JSON-like value."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, Mapping):
+            return {k: self.json(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.json(v) for v in value]
+        return value
+
+
+def scrub_text(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """``text`` with every environment secret and token shape replaced by its marker."""
+    return Scrubber.from_environ(environ).text(text)

@@ -1,0 +1,64 @@
+"""Issue 13, item 4: one secret scrubber for every file soba writes, spill files scrubbed before they
+are written, and a secret variable set after the agent started scrubbed from the next turn on."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from agent_support import make_agent
+from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
+
+from soba_notebook.agent.tools import ToolContext, default_tools
+from soba_notebook.flight import FlightRecorder
+from soba_notebook.providers.retry import redact
+from soba_notebook.scrub import Scrubber
+
+LATE = "late-" + "7c1e9a4b2d8f6e3a5b0c"
+
+
+def _files_under(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()]
+
+
+def test_spilled_output_is_scrubbed_before_it_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_SERVICE_TOKEN", LATE)
+    ctx = ToolContext(tmp_path)
+    code = "import os\nprint((os.environ['MY_SERVICE_TOKEN'] + '\\n') * 3000)"
+    out = asyncio.run(default_tools(ctx.config).run("python", {"code": code}, ctx))
+    spill = out.data["spill_path"]
+    text = (tmp_path / spill).read_text()
+    assert LATE not in text and "[REDACTED:MY_SERVICE_TOKEN]" in text
+    assert LATE not in out.content
+
+
+def test_a_secret_set_after_the_agent_started_is_scrubbed_at_the_next_turn(
+        tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url)
+    monkeypatch.setenv("LATE_TOKEN", LATE)  # like %env LATE_TOKEN=... in the notebook
+    fake_server.openai.enqueue(tool_calls=[{"id": "a", "name": "python", "arguments": {
+        "code": "import os\nprint((os.environ['LATE_TOKEN'] + '\\n') * 3000)"}}])
+    fake_server.openai.enqueue(text="done")
+    asyncio.run(agent.run_turn(f"the token is {LATE}"))
+    files = _files_under(tmp_path / "project")  # sessions, flight records, ws/.soba/outputs
+    assert any("outputs" in f.parts for f in files)
+    for f in files:
+        assert LATE not in f.read_text(errors="replace"), f"secret leaked into {f}"
+    assert "[REDACTED:LATE_TOKEN]" in agent.store.file.read_text()
+
+
+def test_flight_records_are_scrubbed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DB_PASSWORD", LATE)
+    rec = FlightRecorder(tmp_path / "flight.jsonl", "s1")
+    rec.record("compaction", {"reason": f"provider said {LATE} and Bearer abcdef123456"})
+    text = (tmp_path / "flight.jsonl").read_text()
+    assert LATE not in text and "[REDACTED:DB_PASSWORD]" in text and "[REDACTED:bearer_token]" in text
+
+
+def test_provider_errors_use_the_same_scrubber_as_every_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_SERVICE_TOKEN", LATE)
+    message = f"upstream echoed {LATE} and key sk-proj-abcdefghijklmnop1234 and given-key-0123"
+    assert redact(message, ("given-key-0123",)) == Scrubber.from_environ(extra_values=["given-key-0123"]).text(message)
+    out = redact(message, ("given-key-0123",))
+    assert LATE not in out and "sk-proj" not in out and "given-key" not in out
