@@ -240,7 +240,9 @@ class Agent:
             self.bus.emit("tool_start", call_id=call.id, name=call.name, arguments=dict(call.arguments))
             result = await self.tools.run(call.name, call.arguments, self.tool_context)
             entry = self._append(tool_result(call.id, call.name, result.content, is_error=result.is_error,
-                                             cancelled=result.cancelled, full_chars=result.full_chars))
+                                             cancelled=result.cancelled, full_chars=result.full_chars,
+                                             exit_code=result.data.get("exit_code"),
+                                             files_changed=result.data.get("files_changed")))
             written.append(entry.id or "")
             self.bus.emit("tool_end", call_id=call.id, name=call.name, is_error=result.is_error,
                           cancelled=result.cancelled,
