@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,8 @@ class Agent:
             record_intent=lambda kind, note: self.engine.record_intent(kind, note),
             append_checkpoint=lambda kind, note: self._append(checkpoint(kind, note)), skills=self.skills,
             hidden_env=frozenset(n for n in self._secrets.values()))
+        #: a note that starts each turn (the notebook layer's: the user's own cells since the last turn)
+        self.turn_note: Callable[[], str | None] | None = None
         self._refresh_base_tokens()
 
     # -- set-up ------------------------------------------------------------------------------
@@ -120,6 +122,9 @@ class Agent:
         texts: list[str] = []
         outcome, error = "completed", None
         try:
+            note = self.turn_note() if self.turn_note is not None else None
+            if note:
+                written.append(self._append(user_message(note, source="cell_history")).id or "")
             written.append(self._append(user_message(prompt)).id or "")
             while True:
                 if cancel.cancelled:

@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from ..agent import AgentHandle, AgentRuntime, TurnResult, open_agent
+from ..agent.kernel_state import tracker_for
 from ..config import SobaConfig, load_config
 from ..events import Event, EventBus
+from .cell_history import CellHistory, note_text
 from .display import budget_line, detect_frontend
 
 __all__ = ["OFFLINE_NOTICE", "NotebookSession"]
@@ -112,6 +114,7 @@ class NotebookSession:
         self._unsubscribe: Callable[[], None] | None = None
         self.last_result: TurnResult | None = None
         self.notices: list[str] = []
+        self.cell_history = CellHistory()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def config(self) -> SobaConfig:
@@ -126,12 +129,41 @@ class NotebookSession:
         self.handle = open_agent(self.project_dir, config=self.config(), session=session, new=new, bus=self.bus,
                                  user_namespace=self.user_namespace)
         self.runtime = AgentRuntime(self.handle.agent)
+        self._connect_kernel(self.handle)
         if len(self.handle.store) == 0:
             self._offer_memory()
         if self.handle.offline and OFFLINE_NOTICE not in self.notices:
             self.notices.append(OFFLINE_NOTICE)
             print(OFFLINE_NOTICE, file=sys.stderr)
         return self.handle
+
+    def _connect_kernel(self, handle: AgentHandle) -> None:
+        """What only a kernel knows: its variables for every capsule, the user's cells for each turn."""
+        if self.user_namespace is not None:
+            handle.agent.engine.kernel_state = tracker_for(self.user_namespace).lines
+        handle.agent.turn_note = self._turn_note
+
+    def share_cell_history(self) -> bool:
+        """``notebook.shareCellHistory``, or by default: on in a notebook, off in terminal IPython."""
+        configured = self.handle.agent.config.notebook.share_cell_history if self.handle else None
+        return configured if configured is not None else self.frontend != "terminal"
+
+    def after_cell(self, result: Any = None) -> None:
+        """IPython's ``post_run_cell``: note the user's cell; keep the kernel state's order current."""
+        self.cell_history.record(result)
+        if self.user_namespace is not None:
+            tracker_for(self.user_namespace).observe()
+
+    def _turn_note(self) -> str | None:
+        """The note of the user's cells since the last turn (taken once), or None when not shared."""
+        cells, dropped = self.cell_history.take()
+        if not self.share_cell_history():
+            return None
+        return note_text(cells, dropped) or None
+
+    def kernel_state(self) -> list[str] | None:
+        """The kernel's user variables as capsule lines, or None outside a kernel."""
+        return tracker_for(self.user_namespace).lines() if self.user_namespace is not None else None
 
     def _offer_memory(self) -> None:
         """A new session hears what Project Memory holds; nothing is loaded without being asked."""
