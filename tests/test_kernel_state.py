@@ -38,6 +38,7 @@ def test_tracker_lists_user_names_newest_first_without_modules_internals_or_secr
     ns["df"] = pd.DataFrame({"x": [1, 2]})  # changed: first now
     assert tracker.lines()[0] == "df: DataFrame shape (2, 1); columns: x int64"
     assert is_secret_name("OPENAI_API_KEY") and is_secret_name("token") and not is_secret_name("monkey")
+    assert KernelStateTracker({"open": print, "x": 1}, hidden={"open": print}).lines() == ["x: int"]
     many = {f"v{i}": i for i in range(70)}
     lines = KernelStateTracker(many).lines()
     assert len(lines) == 61 and lines[-1] == "(+10 more names not listed)"

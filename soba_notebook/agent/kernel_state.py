@@ -49,9 +49,15 @@ def is_secret_name(name: str) -> bool:
     return any(word in upper for word in _SECRET_WORDS) or upper.endswith("_KEY") or upper == "KEY"
 
 
-def _visible(name: str, value: Any) -> bool:
+_NOTHING: Mapping[str, Any] = {}
+
+
+def _visible(name: str, value: Any, hidden: Mapping[str, Any] = _NOTHING) -> bool:
+    """A user's name: not ``_``-prefixed, not a module, not secret-looking, and not one the shell
+    put there itself (``hidden``: IPython's ``user_ns_hidden``, name → the object it inserted)."""
     return (isinstance(name, str) and not name.startswith("_") and name not in HIDDEN_NAMES
-            and not isinstance(value, types.ModuleType) and not is_secret_name(name))
+            and not isinstance(value, types.ModuleType) and not is_secret_name(name)
+            and not (name in hidden and hidden[name] is value))
 
 
 def _items(namespace: Mapping[str, Any]) -> list[tuple[str, Any]]:
@@ -64,9 +70,9 @@ def _items(namespace: Mapping[str, Any]) -> list[tuple[str, Any]]:
     return []
 
 
-def user_names(namespace: Mapping[str, Any]) -> list[str]:
+def user_names(namespace: Mapping[str, Any], hidden: Mapping[str, Any] = _NOTHING) -> list[str]:
     """The user-visible names of ``namespace``, in its order (creation order for a dict)."""
-    return [name for name, value in _items(namespace) if _visible(name, value)]
+    return [name for name, value in _items(namespace) if _visible(name, value, hidden)]
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:
@@ -127,15 +133,16 @@ class KernelStateTracker:
     :meth:`lines` call observes too. Names seen in the first observation keep their creation order.
     """
 
-    def __init__(self, namespace: Mapping[str, Any]) -> None:
+    def __init__(self, namespace: Mapping[str, Any], hidden: Mapping[str, Any] = _NOTHING) -> None:
         self.namespace = namespace
+        self.hidden = hidden
         self._seen: dict[str, tuple[tuple[Any, ...], int]] = {}
         self._tick = 0
         self._lock = threading.Lock()
 
     def observe(self) -> None:
         with self._lock:
-            current = {name: value for name, value in _items(self.namespace) if _visible(name, value)}
+            current = {name: value for name, value in _items(self.namespace) if _visible(name, value, self.hidden)}
             for name in [n for n in self._seen if n not in current]:
                 del self._seen[name]
             for name, value in current.items():
@@ -167,12 +174,15 @@ _TRACKERS: OrderedDict[int, KernelStateTracker] = OrderedDict()
 _TRACKERS_LOCK = threading.Lock()
 
 
-def tracker_for(namespace: Mapping[str, Any]) -> KernelStateTracker:
-    """The one tracker of ``namespace`` (kept for the last 16 namespaces used)."""
+def tracker_for(namespace: Mapping[str, Any], hidden: Mapping[str, Any] | None = None) -> KernelStateTracker:
+    """The one tracker of ``namespace`` (kept for the last 16 namespaces used); ``hidden`` (the
+    shell's own names) is remembered by it."""
     with _TRACKERS_LOCK:
         tracker = _TRACKERS.get(id(namespace))
+        if hidden is not None and tracker is not None:
+            tracker.hidden = hidden
         if tracker is None or tracker.namespace is not namespace:
-            tracker = KernelStateTracker(namespace)
+            tracker = KernelStateTracker(namespace, hidden if hidden is not None else _NOTHING)
             _TRACKERS[id(namespace)] = tracker
             while len(_TRACKERS) > 16:
                 _TRACKERS.popitem(last=False)
@@ -186,12 +196,12 @@ def _bounded(text: str, limit: int) -> str:
     return text[:limit] + f"\n[cut: {len(text):,} characters, the first {limit:,} shown]"
 
 
-def inspect_variable(namespace: Mapping[str, Any], name: str) -> str:
+def inspect_variable(namespace: Mapping[str, Any], name: str, hidden: Mapping[str, Any] = _NOTHING) -> str:
     """One variable in detail: type, shape, dtypes, a DataFrame's head, a bounded repr (redacted)."""
     if is_secret_name(name):
         raise ToolError(f"{name} looks like it holds a secret; its value is not shown")
-    if name not in namespace or not _visible(name, namespace[name]):
-        known = ", ".join(user_names(namespace)[:20]) or "none"
+    if name not in namespace or not _visible(name, namespace[name], hidden):
+        known = ", ".join(user_names(namespace, hidden)[:20]) or "none"
         raise ToolError(f"no user variable named {name!r}; variables: {known}")
     value = namespace[name]
     lines = [f"{name}: {describe(value)}", f"type: {type(value).__module__}.{type(value).__qualname__}"]
@@ -211,10 +221,11 @@ def inspect_variable(namespace: Mapping[str, Any], name: str) -> str:
 
 async def _variables(args: dict[str, Any], ctx: ToolContext) -> _Raw:
     namespace = ctx.python_namespace
+    tracker = tracker_for(namespace)
     name = str(args.get("name") or "").strip()
     if name:
-        return _Raw(inspect_variable(namespace, name), data={"name": name})
-    lines = tracker_for(namespace).lines()
+        return _Raw(inspect_variable(namespace, name, tracker.hidden), data={"name": name})
+    lines = tracker.lines()
     text = "\n".join(lines) if lines else "no user variables in the kernel yet"
     return _Raw(text, data={"count": len(lines)})
 

@@ -101,9 +101,12 @@ class NotebookSession:
 
     def __init__(self, project_dir: str | os.PathLike[str] | None = None, *,
                  user_namespace: dict[str, Any] | None = None, frontend: str | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> None:
+                 overrides: Mapping[str, Any] | None = None, namespace_hidden: Mapping[str, Any] | None = None
+                 ) -> None:
         self.project_dir = Path(project_dir or os.getcwd()).resolve()
         self.user_namespace = user_namespace
+        #: the names the shell itself put in the namespace (IPython's ``user_ns_hidden``)
+        self.namespace_hidden = namespace_hidden
         self.frontend = frontend or detect_frontend()
         self.overrides: dict[str, Any] = {k: dict(v) for k, v in (overrides or {}).items()}
         self.handle: AgentHandle | None = None
@@ -140,7 +143,7 @@ class NotebookSession:
     def _connect_kernel(self, handle: AgentHandle) -> None:
         """What only a kernel knows: its variables for every capsule, the user's cells for each turn."""
         if self.user_namespace is not None:
-            handle.agent.engine.kernel_state = tracker_for(self.user_namespace).lines
+            handle.agent.engine.kernel_state = tracker_for(self.user_namespace, self.namespace_hidden).lines
         handle.agent.turn_note = self._turn_note
 
     def share_cell_history(self) -> bool:
