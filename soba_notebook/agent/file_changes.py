@@ -11,7 +11,8 @@ Skipped: ``.git/``, ``.soba/`` (SOBA's own files, and tool output spills), virtu
 (``__pycache__``, ``.pytest_cache``, ``.mypy_cache``, ``.ruff_cache``, ``.ipynb_checkpoints``,
 ``.tox``, ``.nox``). Bounded: at most :data:`MAX_FILES` files and :data:`MAX_SECONDS` per
 snapshot; when either bound is hit the result says so (``truncated``), and the extractor then
-also keeps what shell parsing suggests. Symbolic links are not followed.
+also keeps what shell parsing suggests. Symbolic links are not followed. Measured: about 27 µs a
+file (166 files: 5 ms; 10,000 files: about 0.3 s per snapshot, two per run).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from ..compaction.file_changes import FileChanges
 
 __all__ = ["MAX_FILES", "MAX_SECONDS", "SKIPPED_DIRS", "Snapshot", "diff", "snapshot"]
 
-MAX_FILES = 20_000
-MAX_SECONDS = 2.0
+MAX_FILES = 10_000
+MAX_SECONDS = 1.0
 #: Directory names never descended into.
 SKIPPED_DIRS = frozenset({".git", ".hg", ".svn", ".soba", ".venv", "venv", "node_modules", "__pycache__",
                           ".pytest_cache", ".mypy_cache", ".ruff_cache", ".ipynb_checkpoints", ".tox", ".nox",
