@@ -50,6 +50,7 @@ def test_export_after_the_passing_run_says_passed_has_no_stale_blocker_and_names
     assert any(item.startswith("Resolved: ") and "FAILED" in item for item in pc.capsule.done)
     assert "Milestone: command line tests pass" in pc.capsule.done
     assert "calc_demo/calc/cli.py" in pc.capsule.files_modified
+    assert any("Add a command-line interface" in c for c in pc.capsule.constraints), "the latest request"
     assert pc.capsule.covers.last_id == [e for e in store.path() if e.type != "capsule"][-1].id
 
 

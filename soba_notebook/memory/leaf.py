@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ..compaction.capsule import Capsule
+from ..compaction.capsule import Capsule, merge_unique
 from ..compaction.extract import deterministic_capsule
 from ..errors import SobaError
 from ..session.context import context_start
@@ -27,7 +27,7 @@ from ..session.entries import Entry
 from ..session.store import SessionStore
 from .portable import PortableCapsule
 
-__all__ = ["StaleCapsuleError", "bring_up_to_leaf", "entries_after"]
+__all__ = ["StaleCapsuleError", "bring_up_to_leaf", "entries_after", "latest_request"]
 
 _CREATE_HINT = "use %capsule create \"title\" for a handoff of the current state"
 
@@ -43,8 +43,29 @@ def entries_after(path: Sequence[Entry], capsule_index: int) -> list[Entry]:
     return [e for e in path[start:] if e.type != "capsule"]
 
 
-def _fold(capsule: Capsule, newer: Sequence[Entry], checkpoint_id: str | None) -> Capsule:
-    return deterministic_capsule(list(newer), capsule, checkpoint_id) if newer else capsule
+#: User messages that are not requests: capsules, loaded capsules, the note of the user's cells.
+_NOT_REQUESTS = frozenset({"capsule", "capsule_load", "cell_history"})
+REQUEST_CHARS = 200
+
+
+def latest_request(path: Sequence[Entry]) -> str | None:
+    """The user's latest request on ``path`` (one line, clipped), or None."""
+    for entry in reversed(path):
+        if entry.role != "user" or entry.message.get("source") in _NOT_REQUESTS:
+            continue
+        text = " ".join(entry.text.split())
+        if text and not text.startswith("<context_capsule"):
+            return text if len(text) <= REQUEST_CHARS else text[: REQUEST_CHARS - 1] + "…"
+    return None
+
+
+def _fold(capsule: Capsule, newer: Sequence[Entry], checkpoint_id: str | None, path: Sequence[Entry]) -> Capsule:
+    """The facts of ``newer`` folded in, and the latest request kept even when a summary dropped it."""
+    folded = deterministic_capsule(list(newer), capsule, checkpoint_id) if newer else capsule
+    request = latest_request(path)
+    if request is None or request == " ".join(folded.goal.split()) or any(request in c for c in folded.constraints):
+        return folded
+    return replace(folded, constraints=merge_unique(folded.constraints, [f"User (latest request): {request}"]))
 
 
 def bring_up_to_leaf(store: SessionStore, pc: PortableCapsule, *, kernel_state: Sequence[str] | None = None
@@ -73,4 +94,5 @@ def bring_up_to_leaf(store: SessionStore, pc: PortableCapsule, *, kernel_state: 
                                 f"leaf ({where}); {_CREATE_HINT}")
     else:
         return pc  # another session's capsule (Project Memory, a loaded file): exported as it is
-    return replace(pc, capsule=_fold(pc.capsule, newer, pc.source_checkpoint), as_of=leaf, kernel_state=state)
+    return replace(pc, capsule=_fold(pc.capsule, newer, pc.source_checkpoint, path), as_of=leaf,
+                   kernel_state=state)
