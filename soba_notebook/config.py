@@ -33,6 +33,7 @@ __all__ = [
     "ConfigWarning",
     "MemoryConfig",
     "ModelConfig",
+    "NotebookConfig",
     "SobaConfig",
     "ToolsConfig",
     "config_edit",
@@ -149,12 +150,21 @@ class MemoryConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class NotebookConfig:
+    """The notebook layer. ``share_cell_history``: the next turn starts with a note of the cells the
+    user ran since the last one; ``None`` (the default) means on in a notebook, off in terminal IPython."""
+
+    share_cell_history: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SobaConfig:
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    notebook: NotebookConfig = field(default_factory=NotebookConfig)
     #: where each dotted key's value came from ("defaults", a file path, "arguments")
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -188,7 +198,7 @@ class SobaConfig:
 
 
 _SECTIONS: dict[str, type] = {"compaction": CompactionConfig, "model": ModelConfig, "tools": ToolsConfig,
-                              "memory": MemoryConfig, "agent": AgentConfig}
+                              "memory": MemoryConfig, "agent": AgentConfig, "notebook": NotebookConfig}
 _FIELDS = {name: {f.name: f for f in fields(cls)} for name, cls in _SECTIONS.items()}
 _SECRET_KEYS = {"apikey", "api_key", "key", "token", "accesstoken", "secret", "password", "authorization"}
 
@@ -210,6 +220,10 @@ def _check_value(source: str, dotted: str, name: str, value: Any, default: Any,
         return ConfigError(f"{source}: {dotted} = {value!r} is not allowed: {allowed}", source=source,
                            key=dotted, value=value)
 
+    if name == "share_cell_history":  # true, false, or null for "automatic"
+        if value is not None and not isinstance(value, bool):
+            raise bad("expected true, false or null (on in notebooks, off in terminal IPython)")
+        return value
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise bad("expected true or false")

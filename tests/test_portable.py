@@ -71,7 +71,7 @@ portables = st.builds(
     id=st.from_regex(ID_PATTERN, fullmatch=True),
     capsule=capsules, title=texts, created=texts, source_session=st.none() | texts,
     source_checkpoint=st.none() | texts, trigger=texts, quality=st.sampled_from(["ok", "degraded"]),
-    token_count=st.integers(0, 10**9), edited=st.booleans(),
+    token_count=st.integers(0, 10**9), edited=st.booleans(), as_of=st.none() | texts, kernel_state=items,
 )
 
 

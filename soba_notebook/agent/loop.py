@@ -19,7 +19,7 @@ import contextlib
 import json
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +110,8 @@ class Agent:
             record_intent=lambda kind, note: self.engine.record_intent(kind, note),
             append_checkpoint=lambda kind, note: self._append(checkpoint(kind, note)), skills=self.skills,
             hidden_env=self._scrubber.names, scrubber=self._scrubber)
+        #: a note that starts each turn (the notebook layer's: the user's own cells since the last turn)
+        self.turn_note: Callable[[], str | None] | None = None
         self._refresh_base_tokens()
         self._request_context: tuple[int, str] = (0, "root")
 
@@ -163,6 +165,9 @@ class Agent:
         outcome, error = "completed", None
         retry_limit: tuple[int, int] | None = None  # after an overflow: (budget, rejected) for the retry
         try:
+            note = self.turn_note() if self.turn_note is not None else None
+            if note:
+                written.append(self._append(user_message(note, source="cell_history")).id or "")
             written.append(self._append(user_message(prompt)).id or "")
             repeats: Counter[str] = Counter()
             while True:
@@ -330,7 +335,9 @@ class Agent:
             self.bus.emit("tool_start", call_id=call.id, name=call.name, arguments=dict(call.arguments))
             result = await self.tools.run(call.name, call.arguments, self.tool_context)
             entry = self._append(tool_result(call.id, call.name, result.content, is_error=result.is_error,
-                                             cancelled=result.cancelled, full_chars=result.full_chars))
+                                             cancelled=result.cancelled, full_chars=result.full_chars,
+                                             exit_code=result.data.get("exit_code"),
+                                             files_changed=result.data.get("files_changed")))
             written.append(entry.id or "")
             self.bus.emit("tool_end", call_id=call.id, name=call.name, is_error=result.is_error,
                           cancelled=result.cancelled,

@@ -41,6 +41,7 @@ from ..errors import SessionError, ToolError
 from ..providers.base import ToolSpec
 from ..scrub import Scrubber
 from ..session.entries import new_id
+from . import file_changes as observe
 from . import workspace as ws
 from .pyexec import run_python
 from .shell import run_shell
@@ -359,13 +360,17 @@ async def _shell(args: dict[str, Any], ctx: ToolContext) -> _Raw:
     timeout = float(args.get("timeout_sec") or ctx.config.shell_timeout_sec)
     if timeout <= 0:
         raise ToolError(f"timeout_sec must be greater than 0, got {args.get('timeout_sec')!r}")
+    before = await asyncio.to_thread(observe.snapshot, ctx.workspace)
     result = await run_shell(args["command"], ctx.workspace, timeout, hidden_env=ctx.hidden_env, cancel=ctx.cancel)
-    return _Raw(result.text, result.is_error, result.data, result.footer)
+    changes = observe.diff(before, await asyncio.to_thread(observe.snapshot, ctx.workspace))
+    return _Raw(result.text, result.is_error, {**result.data, "files_changed": changes.to_json()}, result.footer)
 
 
 async def _python(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+    before = await asyncio.to_thread(observe.snapshot, ctx.workspace)
     result = await run_python(args["code"], ctx.python_namespace, ctx.cancel)
-    return _Raw(result.text, result.is_error, result.data, result.footer)
+    changes = observe.diff(before, await asyncio.to_thread(observe.snapshot, ctx.workspace))
+    return _Raw(result.text, result.is_error, {**result.data, "files_changed": changes.to_json()}, result.footer)
 
 
 # -- session tools -----------------------------------------------------------------------------
@@ -576,5 +581,8 @@ class ToolRegistry:
 
 
 def default_tools(config: ToolsConfig) -> ToolRegistry:
-    """The built-in tools, without those the config disables (shell, write_file/edit_file, python)."""
-    return ToolRegistry(t for t in _TOOLS if t.requires is None or getattr(config, t.requires))
+    """The built-in tools, without those the config disables (shell, write_file/edit_file, python),
+    plus ``variables`` (:mod:`.kernel_state`: the kernel's user variables, read only)."""
+    from .kernel_state import VARIABLES_TOOL
+
+    return ToolRegistry([*(t for t in _TOOLS if t.requires is None or getattr(config, t.requires)), VARIABLES_TOOL])

@@ -42,6 +42,7 @@ from ..session.store import SessionStore
 from ..tokens import REPLY_PRIMING, TokenCounter
 from .capsule import Capsule, render, roll, with_facts
 from .extract import deterministic_capsule, extract_facts
+from .kernel_section import KernelStateProvider, kernel_state_field, with_kernel_state
 from .planner import CompactionPlan, find_cut_point
 from .summarize import Summarizer, SummaryRequest
 from .triggers import (
@@ -101,7 +102,7 @@ def capsule_message(entry: Entry) -> dict[str, Any]:
     """The capsule entry as the first message of model input."""
     text = render(capsule_of(entry), checkpoint_id=entry.data.get("checkpointId"),
                   quality=str(entry.data.get("quality", "ok")), handoff=entry.data.get("trigger") == "capsule_load")
-    return {"role": "user", "content": text}
+    return {"role": "user", "content": with_kernel_state(text, entry.data)}
 
 
 class _Phase:
@@ -144,6 +145,9 @@ class CompactionEngine:
         #: the transcript's secret scrubber (JSON value -> JSON value), applied to every capsule
         #: before it is measured and appended, like every other entry; the agent sets it
         self.scrub: Callable[[Any], Any] = lambda value: value
+        #: the kernel's variables for the capsule's kernel-state section (set by the notebook layer)
+        self.kernel_state: KernelStateProvider | None = None
+        self._kernel_now: dict[str, Any] = {}
 
     # -- configuration -----------------------------------------------------------------------
     @property
@@ -311,6 +315,7 @@ class CompactionEngine:
         cancel = cancel or CancelToken()
         check = check or self.measure()
         started = self.clock()
+        self._kernel_now = kernel_state_field(self.kernel_state)
         planned = self.plan(trigger, check, instructions=instructions)
         if isinstance(planned, str):
             # nothing to plan: still a terminal outcome, visible and recorded
@@ -359,7 +364,7 @@ class CompactionEngine:
                 "trigger": str(trigger), "quality": quality, "state": Scrubber.from_environ().json(capsule.to_json()),
                 "tokensBefore": plan.tokens_before, "tokensAfter": after, "source": plan.source,
                 "operationId": plan.operation_id, "previousCheckpointId": plan.previous_checkpoint_id,
-                "summarizedEntries": plan.entry_count, "note": note}), parent_id=plan.leaf_id)
+                "summarizedEntries": plan.entry_count, "note": note, **self._kernel_now}), parent_id=plan.leaf_id)
             try:
                 entry = self.store.append(capsule_entry, expect_leaf=plan.leaf_id)
             except StaleLeafError:
@@ -445,7 +450,7 @@ class CompactionEngine:
 
     def _measure_after(self, plan: CompactionPlan, capsule: Capsule, quality: str) -> int:
         """Exact size of the continuation: base + rendered capsule + retained tail."""
-        text = render(capsule, checkpoint_id="ck_0000000000", quality=quality)
+        text = with_kernel_state(render(capsule, checkpoint_id="ck_0000000000", quality=quality), self._kernel_now)
         capsule_cost = self.counter.count_message({"role": "user", "content": text})
         tail = 0
         if plan.first_kept_entry_id is not None:

@@ -217,6 +217,11 @@ def _merge_verification(old: Sequence[Verification], new: Sequence[Verification]
     return tuple(merged.values())
 
 
+def resolved_item(blocker: str) -> str:
+    """The ``done`` item of a blocker that a later entry resolved (kept as history)."""
+    return blocker if blocker.startswith("Resolved: ") else f"Resolved: {blocker}"
+
+
 def _merge_decisions(old: Sequence[Decision], new: Sequence[Decision]) -> tuple[Decision, ...]:
     merged: dict[str, Decision] = {}
     for d in (*old, *new):
@@ -234,17 +239,18 @@ def roll(previous: Capsule | None, newer: Capsule, *, previous_checkpoint: str |
     """
     if previous is None:
         return newer
-    done = merge_unique(previous.done, newer.done)
+    verification = _merge_verification(previous.verification, newer.verification)
+    passing = [v.command for v in verification if v.status == "passed"]
+    # A blocker the older state named is cleared once a check it mentions passes: it moves to done.
+    carried_blockers = tuple(b for b in previous.blockers if not any(cmd and cmd in b for cmd in passing))
+    resolved = [resolved_item(b) for b in previous.blockers if b not in carried_blockers and b not in newer.blockers]
+    done = merge_unique(previous.done, newer.done, resolved)
     done_set = set(done)
     active = merge_unique(newer.active or previous.active)
     pending = merge_unique(newer.pending, previous.pending)
     covers = EntryRange(previous.covers.first_id or newer.covers.first_id,
                         newer.covers.last_id or previous.covers.last_id,
                         previous.covers.count + newer.covers.count)
-    verification = _merge_verification(previous.verification, newer.verification)
-    passing = [v.command for v in verification if v.status == "passed"]
-    # A blocker the older state named is cleared once a check it mentions passes.
-    carried_blockers = tuple(b for b in previous.blockers if not any(cmd and cmd in b for cmd in passing))
     return Capsule(
         goal=newer.goal or previous.goal,
         constraints=merge_unique(previous.constraints, newer.constraints),

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..session.entries import Entry
-from .capsule import Capsule, Decision, EntryRange, Verification, merge_unique, roll
+from .capsule import Capsule, Decision, EntryRange, Verification, merge_unique, resolved_item, roll
+from .file_changes import FileChanges
 from .shell_parse import ShellEffects, classify_shell_command, normalize_path
 from .verification import verification_outcome, verification_status
 
@@ -77,7 +78,7 @@ _SHELL_TOOLS = frozenset({"shell", "bash", "Bash", "execute_bash", "run_shell_co
 _GREP_TOOLS = frozenset({"grep", "Grep"})
 #: SWE-agent's file tools report failure in their text, not with an error flag.
 _TEXT_ERROR_TOOLS = frozenset({"str_replace_editor", "open", "create", "edit", "insert"})
-_SKIPPED_SOURCES = frozenset({"capsule", "capsule_load"})
+_SKIPPED_SOURCES = frozenset({"capsule", "capsule_load", "cell_history"})
 _RESULT_ROLES = frozenset({"tool", "toolResult"})
 _FAILED_TEXT = re.compile(r"^\s*(?:Error\b|ERROR\b|No replacement was performed|Invalid \w+|"
                           r"The path \S+ does not exist|File not found|Failed to\b)")
@@ -88,6 +89,8 @@ _NEXT_HEADING = re.compile(r"^\s*(?:[#>*-]+\s*)?(?:\*\*|__)?next(?:\s+steps?)?(?
 _NEXT_SENTENCE = re.compile(r"^\s*(?:[-*]\s*)?next,?\s+(?:i(?:'ll|\s+will|\s+need)|we(?:'ll|\s+will|\s+should)|"
                             r"step\b|up\b)", re.IGNORECASE)
 _INTERRUPTED = " (interrupted, no result)"
+#: A next step about a failure (stale once the failing check passes).
+_STALE_STEP = re.compile(r"\b(?:fix|fail|failing|failure|error|errors|broken|debug|red)\b", re.IGNORECASE)
 _BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+(.*\S)")
 
 
@@ -147,6 +150,12 @@ class _Result:
     is_error: bool | None
     cancelled: bool
     text: str
+    #: the exit status the source recorded (SOBA's shell tool, mini-swe-agent's return code)
+    exit_code: int | None = None
+    #: ``is_error`` was recorded for every run (pi), so ``False`` means success
+    status_recorded: bool = False
+    #: files the run was observed to change (SOBA's shell and python tools), when observed
+    changes: FileChanges | None = None
 
 
 @dataclass(slots=True)
@@ -162,6 +171,8 @@ class _Scan:
     changes: dict[str, tuple[int, str]] = field(default_factory=dict)
     artifacts: dict[str, None] = field(default_factory=dict)
     checks: dict[str, tuple[int, Verification]] = field(default_factory=dict)
+    #: command -> the detail of its latest failure, kept as history once it passes again
+    failed_before: dict[str, str] = field(default_factory=dict)
     milestones: list[tuple[int, str]] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
     #: interrupted calls: summary -> entry index; cleared when the same call later completes
@@ -198,6 +209,10 @@ class _Scan:
         prior = self.checks.get(command)
         if prior is not None and status == "unknown" and prior[1].status != "unknown":
             return  # an unreadable rerun does not erase a known result
+        if prior is not None and prior[1].status == "failed":
+            self.failed_before[command] = prior[1].detail or "failed"
+        elif status == "failed":
+            self.failed_before.pop(command, None)
         self.checks.pop(command, None)
         self.checks[command] = (index, Verification(command, status, _clip(detail, 120)))
 
@@ -232,8 +247,12 @@ def _results(entries: Sequence[Entry]) -> dict[str, _Result]:
         call_id = message.get("toolCallId")
         if isinstance(call_id, str) and call_id:
             error = message.get("isError")
+            code = message.get("exitCode")
             out[call_id] = _Result(error if isinstance(error, bool) else None, bool(message.get("cancelled")),
-                                   _content_text(message.get("content")))
+                                   _content_text(message.get("content")),
+                                   code if isinstance(code, int) and not isinstance(code, bool) else None,
+                                   message.get("statusRecorded") is True, FileChanges.from_json(
+                                       message.get("filesChanged")))
     return out
 
 
@@ -290,6 +309,8 @@ def _tool_call(scan: _Scan, index: int, name: str, args: Mapping[str, Any], resu
     if ok and name in _TEXT_ERROR_TOOLS and result.is_error is None and _FAILED_TEXT.match(result.text[:300]):
         ok = False
 
+    if result.changes is not None:
+        _observed(scan, index, result.changes)
     path = normalize_path(_arg(args, *_PATH_KEYS))
     if name in _SHELL_TOOLS:
         command = _arg(args, "command", "cmd")
@@ -329,15 +350,28 @@ def _tool_call(scan: _Scan, index: int, name: str, args: Mapping[str, Any], resu
         scan.checkpoint(_arg(args, "kind"), _arg(args, "note"), index)
 
 
+def _observed(scan: _Scan, index: int, changes: FileChanges) -> None:
+    """Files a run was observed to create, modify or delete: facts, whatever its exit status."""
+    for path in changes.created:
+        scan.modify(path, index, "Created")
+    for path in changes.modified:
+        scan.modify(path, index)
+    for path in changes.deleted:
+        scan.modify(path, index, "Deleted")
+
+
 def _shell(scan: _Scan, index: int, effects: ShellEffects, result: _Result, ok: bool) -> None:
     if effects.verification and effects.check:
         status, detail = verification_outcome(result.text, result.is_error,
-                                              exit_code_reliable=effects.exit_code_reliable)
+                                              exit_code_reliable=effects.exit_code_reliable,
+                                              exit_code=result.exit_code, status_recorded=result.status_recorded)
         scan.check(effects.check, status, detail, index)
     if not ok:
         return
     for path in effects.reads:
         scan.read(path, index)
+    if result.changes is not None and result.changes.complete:
+        return  # observed changes replace what the command line suggests (shell parsing is the fallback)
     deleted = set(effects.deletes)
     for path in effects.writes:
         scan.modify(path, index, "Deleted" if path in deleted else "Modified")
@@ -405,7 +439,9 @@ def extract_facts(entries: Sequence[Entry]) -> Capsule:
 
 def _done(scan: _Scan) -> tuple[str, ...]:
     events: list[tuple[int, str, bool]] = [(i, f"{how} {path}", False) for path, (i, how) in scan.changes.items()]
-    events += [(i, f"{v.command} passed", False) for i, v in scan.checks.values() if v.status == "passed"]
+    events += [(i, f"{v.command} passed" + (f" (it failed earlier: {scan.failed_before[v.command]})"
+                                            if v.command in scan.failed_before else ""), False)
+               for i, v in scan.checks.values() if v.status == "passed"]
     events += [(i, text, True) for i, text in scan.milestones]
     events.sort(key=lambda e: e[0])
     if len(events) > MAX_DONE:
@@ -505,6 +541,12 @@ def deterministic_capsule(entries: Sequence[Entry], previous: Capsule | None = N
     passed = [v.command for v in newer.verification if v.status == "passed"]
     blockers = tuple(b for b in rolled.blockers if b in newer.blockers
                      or not any(b.startswith(f"{c} failed") or f"`{c}`" in b for c in passed))
+    resolved = [resolved_item(b) for b in rolled.blockers if b not in blockers]
+    any_resolved = bool(resolved) or (previous is not None and len(rolled.blockers) < len(previous.blockers))
+    next_steps = rolled.next_steps
+    if any_resolved and not newer.next_steps:
+        # steps written while the blocker stood ("fix the failing tests") are stale once it is resolved
+        next_steps = tuple(s for s in next_steps if not _STALE_STEP.search(s))
     pending = tuple(p for p in rolled.pending
                     if p in newer.pending or p.removesuffix(_INTERRUPTED) not in scan.completed)
     # Nothing the previous capsule held is dropped unless superseded (done work, resolved
@@ -513,9 +555,9 @@ def deterministic_capsule(entries: Sequence[Entry], previous: Capsule | None = N
     return replace(
         rolled,
         constraints=_bounded(rolled.constraints, MAX_ROLLED_CONSTRAINTS, "constraints"),
-        done=_bounded(rolled.done, MAX_ROLLED_DONE, "completed items"),
+        done=_bounded(merge_unique(rolled.done, resolved), MAX_ROLLED_DONE, "completed items"),
         pending=_bounded(pending, MAX_ROLLED_PENDING, "pending items"),
         decisions=_bounded_decisions(rolled.decisions, MAX_DECISIONS),
         blockers=_bounded(blockers, MAX_BLOCKERS * 2, "blockers"),
-        next_steps=_bounded(rolled.next_steps, MAX_NEXT_STEPS, "next steps"),
+        next_steps=_bounded(next_steps, MAX_NEXT_STEPS, "next steps"),
     )

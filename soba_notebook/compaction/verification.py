@@ -291,15 +291,24 @@ def _summaries(text: str) -> tuple[str | None, str | None]:
     return None, passing
 
 
+#: What a status read from output text says when the line's exit status is not the check's own.
+NOT_THE_CHECKS_STATUS = "the line's exit status belongs to its last command, not the check"
+
+
 def verification_outcome(content: str, is_error: bool | None, *,
-                         exit_code_reliable: bool = True) -> tuple[str, str]:
+                         exit_code_reliable: bool = True, exit_code: int | None = None,
+                         status_recorded: bool = False) -> tuple[str, str]:
     """``(status, detail)`` of a verification run from its tool result.
 
-    With a reliable exit status (the check is the line's last word on success): a tool error or
-    a non-zero exit is ``failed``, exit 0 is ``passed``. Otherwise, and when no exit status is
-    shown, the runner's own summary decides (a failing summary wins over a passing one). When the
-    status belongs to a filter (``pytest | tail``), the tool's error flag is ignored too: it
-    reports the filter (``grep`` finding nothing exits 1).
+    The recorded exit status decides first, when the line's exit status is the check's own
+    (``exit_code_reliable``): ``exit_code`` as the source recorded it (SOBA's shell tool,
+    mini-swe-agent's return code), else the tool's error flag (``True`` always fails; ``False``
+    is a success only when ``status_recorded``: pi records ``isError`` for every run, while most
+    sources leave it ``False`` whatever happened), else an exit-status line in the text. Only
+    when nothing records the status does the runner's own summary in the output decide (a
+    failing summary wins over a passing one). When the status belongs to another
+    command (``pytest | tail``: the pipe's status is ``tail``'s) the flag and the codes are
+    ignored, the output text decides, and the detail says so rather than guess.
     """
     if not isinstance(content, str):
         content = ""
@@ -308,18 +317,22 @@ def verification_outcome(content: str, is_error: bool | None, *,
     if passing and passing.startswith("OK") and not _UNITTEST_RAN.search(text):
         passing = None
     if exit_code_reliable:
-        code = _exit_code(content)
+        code = exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None
+        if code is None:
+            code = _exit_code(content)
         if is_error is True:
             return "failed", failing or (f"exit {code}" if code not in (None, 0) else "tool error")
         if code is not None:
             if code == 0:
                 return "passed", passing or "exit 0"
             return "failed", failing or f"exit {code}"
+        if is_error is False and status_recorded:
+            return "passed", passing or "recorded success"
     if failing:
-        return "failed", failing
+        return "failed", failing if exit_code_reliable else f"{failing} (from output; {NOT_THE_CHECKS_STATUS})"
     if passing:
-        return "passed", passing
-    return "unknown", ""
+        return "passed", passing if exit_code_reliable else f"{passing} (from output; {NOT_THE_CHECKS_STATUS})"
+    return "unknown", "" if exit_code_reliable else NOT_THE_CHECKS_STATUS
 
 
 def verification_status(content: str, is_error: bool | None) -> str:

@@ -294,7 +294,15 @@ def assistant_data(text: str, calls: Sequence[Mapping[str, Any]] = (), *, usage:
 
 
 def tool_data(call_id: str, name: str, text: str, *, is_error: bool = False, images: int = 0,
-              imported: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """``data`` of a tool-result ``message`` entry."""
+              imported: Mapping[str, Any] | None = None, exit_code: Any = None,
+              status_recorded: bool = False) -> dict[str, Any]:
+    """``data`` of a tool-result ``message`` entry.
+
+    ``exit_code`` is the command's exit status when the source records it (mini-swe-agent's
+    ``returncode``); ``status_recorded`` says the source records ``is_error`` for every run (pi),
+    so ``False`` there means success and the extractor may rely on it.
+    """
+    code = exit_code if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None
     return _message_data({"role": "tool", "toolCallId": call_id, "name": name, "content": text,
-                          "isError": bool(is_error), "images": images or None}, imported)
+                          "isError": bool(is_error), "images": images or None, "exitCode": code,
+                          "statusRecorded": True if status_recorded else None}, imported)

@@ -216,4 +216,4 @@ def _tool(msg: Mapping[str, Any], extra: Mapping[str, Any], where: str, log: Imp
         call_id = ""
     name = msg.get("name") if isinstance(msg.get("name"), str) else call_names.get(call_id, "")
     failed = bool(msg.get("is_error")) or bool(extra.get("exception_info")) or "exception" in extra
-    return tool_data(call_id, name or "", text, is_error=failed, images=images)
+    return tool_data(call_id, name or "", text, is_error=failed, images=images, exit_code=extra.get("returncode"))

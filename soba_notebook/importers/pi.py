@@ -174,8 +174,11 @@ def _message(msg: Mapping[str, Any], where: str, log: ImportLog) -> tuple[str, d
         if not isinstance(call_id, str):
             log.problem(where, "tool result without a toolCallId")
             call_id = ""
+        details = msg.get("details") if isinstance(msg.get("details"), Mapping) else {}
         return "message", tool_data(call_id, str(msg.get("toolName") or ""), text,
-                                    is_error=bool(msg.get("isError")), images=images)
+                                    is_error=bool(msg.get("isError")), images=images,
+                                    exit_code=details.get("exitCode"),
+                                    status_recorded=isinstance(msg.get("isError"), bool))
     if role == "bashExecution":
         if msg.get("excludeFromContext"):
             return "imported_bash_execution", {k: msg.get(k) for k in

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from ..compaction.capsule import Capsule
 from ..errors import CapsuleFormatError, SobaError
 from ..session.entries import Entry, now_iso
 from ..session.store import SessionStore
+from .leaf import bring_up_to_leaf
 from .portable import ID_PATTERN, QUALITIES, SUFFIX, PortableCapsule, export, export_text, load, new_capsule_id
 from .project import MemoryNotFoundError, ProjectMemory
 from .redact import redact_portable
@@ -81,8 +82,10 @@ def _int(value: Any) -> int:
 
 # -- create --------------------------------------------------------------------------------------
 def create_portable(store: SessionStore, capsule: Capsule, title: str, *, checkpoint_id: str | None = None,
-                    quality: str = "ok", trigger: str = "user", token_count: int = 0) -> PortableCapsule:
-    """A Portable Capsule of ``capsule`` made in ``store``'s session (nothing is written)."""
+                    quality: str = "ok", trigger: str = "user", token_count: int = 0,
+                    kernel_state: Sequence[str] = ()) -> PortableCapsule:
+    """A Portable Capsule of ``capsule`` made in ``store``'s session (nothing is written), true as
+    of the session's leaf; ``kernel_state`` lists the live kernel's variables (informative only)."""
     if quality not in QUALITIES:
         raise CapsuleFormatError(f"quality {quality!r} is not one of {', '.join(QUALITIES)}")
     checkpoint_id = checkpoint_id or new_checkpoint_id()
@@ -90,7 +93,8 @@ def create_portable(store: SessionStore, capsule: Capsule, title: str, *, checkp
         raise CapsuleFormatError(f"checkpoint id {checkpoint_id!r} must be letters, digits, '_', '.' or '-'")
     return PortableCapsule(id=new_capsule_id(), capsule=capsule, title=title or "", created=now_iso(),
                            source_session=store.id, source_checkpoint=checkpoint_id, trigger=trigger,
-                           quality=quality, token_count=_int(token_count))
+                           quality=quality, token_count=_int(token_count), as_of=store.leaf_id,
+                           kernel_state=tuple(kernel_state))
 
 
 def write_created(project_root: str | os.PathLike[str], pc: PortableCapsule, *, force: bool = False,
@@ -115,7 +119,7 @@ def _from_entry(store: SessionStore, entry: Entry) -> PortableCapsule:
     return PortableCapsule(id=_portable_id(store.id, ck), capsule=capsule, title=f"{trigger} checkpoint {ck}",
                            created=entry.ts or "", source_session=store.id, source_checkpoint=ck, trigger=trigger,
                            quality=quality if quality in QUALITIES else "degraded",
-                           token_count=_int(data.get("tokensAfter")))
+                           token_count=_int(data.get("tokensAfter")), kernel_state=kernel_state_of(entry))
 
 
 def _capsule_entries(store: SessionStore) -> list[Entry]:
@@ -146,9 +150,22 @@ def find_checkpoint(store: SessionStore, ck: str, *, project_root: str | os.Path
 
 def export_checkpoint(store: SessionStore, project_root: str | os.PathLike[str], ck: str,
                       path: str | os.PathLike[str], *, force: bool = False,
-                      environ: Mapping[str, str] | None = None) -> Path:
-    """Write checkpoint ``ck`` (redacted, atomically) to ``path``; refuses to overwrite unless ``force``."""
-    return export(find_checkpoint(store, ck, project_root=project_root), path, force=force, environ=environ)
+                      environ: Mapping[str, str] | None = None, kernel_state: Sequence[str] | None = None) -> Path:
+    """Write checkpoint ``ck`` (redacted, atomically) to ``path``; refuses to overwrite unless ``force``.
+
+    The capsule is first brought up to the session's leaf (:func:`.leaf.bring_up_to_leaf`), so
+    the file is true as of the leaf and says so in its ``as-of`` header; a checkpoint that cannot
+    be (another branch) raises :class:`.leaf.StaleCapsuleError`, pointing to ``%capsule create``.
+    ``kernel_state`` is the live kernel's (default: the one the checkpoint recorded).
+    """
+    pc = bring_up_to_leaf(store, find_checkpoint(store, ck, project_root=project_root), kernel_state=kernel_state)
+    return export(pc, path, force=force, environ=environ)
+
+
+def kernel_state_of(entry: Entry) -> tuple[str, ...]:
+    """The kernel state a ``capsule`` entry recorded (``kernelState``), or none."""
+    raw = entry.data.get("kernelState")
+    return tuple(s for s in raw if isinstance(s, str)) if isinstance(raw, list) else ()
 
 
 # -- load --------------------------------------------------------------------------------------
@@ -166,10 +183,12 @@ def load_into_new_session(path: str | os.PathLike[str], sessions_dir: str | os.P
     source = Path(path)
     pc = load(source, strict=strict)
     store = continue_store if continue_store is not None else SessionStore.create(sessions_dir, cwd=cwd)
+    # the source kernel's variables travel as information only: this kernel does not have them
+    kernel = {"kernelState": list(pc.kernel_state), "kernelStateLoaded": True} if pc.kernel_state else {}
     store.append(Entry("capsule", {
         "checkpointId": new_checkpoint_id(), "firstKeptEntryId": None, "trigger": LOAD_TRIGGER,
         "quality": pc.quality, "state": pc.capsule.to_json(), "tokensBefore": None, "tokensAfter": pc.token_count,
-        "source": "estimated", "operationId": None,
+        "source": "estimated", "operationId": None, **kernel,
         "loadedFrom": {"path": str(source.resolve()), "capsuleId": pc.id, "title": pc.title,
                        "sourceSession": pc.source_session, "sourceCheckpoint": pc.source_checkpoint,
                        "hash": pc.content_hash, "edited": pc.edited}}))

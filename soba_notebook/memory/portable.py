@@ -87,11 +87,16 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("Artifacts", "artifacts"),
     ("Covered range", "covers"),
     ("Rolled up from", "rolled_from"),
+    ("Kernel state (informative only)", "kernel_state"),
 )
 _BY_TITLE = {title.lower(): (title, attr) for title, attr in SECTIONS}
+_BY_TITLE["kernel state"] = ("Kernel state (informative only)", "kernel_state")
 _STRING_LIST_ATTRS = frozenset(attr for _, attr in SECTIONS) - {"goal", "decisions", "verification", "covers"}
-_HEADER_KEYS = (FORMAT_KEY, "id", "title", "created", "source-session", "source-checkpoint", "trigger", "quality",
-                "tokens", "hash", "edited")
+_HEADER_KEYS = (FORMAT_KEY, "id", "title", "created", "source-session", "source-checkpoint", "as-of", "trigger",
+                "quality", "tokens", "hash", "edited")
+#: Written under the kernel-state heading: the names were live in the source kernel, not in the reader's.
+KERNEL_STATE_NOTE = ("<!-- The variables that existed in the source kernel when this capsule was made: type and "
+                     "shape only. Informative only: loading this capsule cannot recreate them. -->")
 _RANGE_KEYS = {"first entry": "first_id", "last entry": "last_id", "entries": "count"}
 _HASH_RE = re.compile(r"sha256:[0-9a-f]{64}")
 _INT_RE = re.compile(r"[+-]?[0-9]+")
@@ -124,7 +129,10 @@ class PortableCapsule:
 
     ``token_count`` is the size of the model input the capsule stood for when it was made;
     ``edited`` records that the content was changed by hand after the hash was computed.
-    The content hash is derived from ``capsule`` (:attr:`content_hash`), never stored apart.
+    The content hash is derived from ``capsule`` and ``kernel_state`` (:attr:`content_hash`), never
+    stored apart. ``as_of`` is the transcript entry the state is true as of (the session's leaf
+    when it was made or brought up to date; ``None`` in files written before it was recorded).
+    ``kernel_state`` lists the source kernel's user variables (name, type, shape): informative only.
     """
 
     id: str
@@ -137,10 +145,12 @@ class PortableCapsule:
     quality: str = "ok"
     token_count: int = 0
     edited: bool = False
+    as_of: str | None = None
+    kernel_state: tuple[str, ...] = ()
 
     @property
     def content_hash(self) -> str:
-        return content_hash(self.capsule)
+        return content_hash(self.capsule, self.kernel_state)
 
 
 def new_capsule_id() -> str:
@@ -148,9 +158,16 @@ def new_capsule_id() -> str:
     return "cap_" + secrets.token_hex(8)
 
 
-def content_hash(capsule: Capsule) -> str:
-    """``sha256:<hex>`` of the capsule state's canonical JSON (sorted keys, compact, ASCII)."""
-    canonical = json.dumps(capsule.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+def content_hash(capsule: Capsule, kernel_state: tuple[str, ...] = ()) -> str:
+    """``sha256:<hex>`` of the capsule state's canonical JSON (sorted keys, compact, ASCII).
+
+    A kernel state, when there is one, is hashed with it (as ``kernelState``); without one the
+    hash is exactly that of files written before kernel states existed.
+    """
+    state = capsule.to_json()
+    if kernel_state:
+        state["kernelState"] = list(kernel_state)
+    canonical = json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return "sha256:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
@@ -221,6 +238,8 @@ def _verification_line(v: Verification) -> str:
 
 
 def _section_body(capsule: Capsule, attr: str) -> list[str]:
+    if attr == "kernel_state":
+        return []  # not a capsule field: export_text writes it from the PortableCapsule
     if attr == "goal":
         return [capsule.goal if _plain_goal(capsule.goal) else _json_string(capsule.goal)]
     if attr == "decisions":
@@ -257,12 +276,17 @@ def export_text(pc: PortableCapsule) -> str:
     _check_exportable(pc)
     header = {FORMAT_KEY: FORMAT_VERSION, "id": pc.id, "title": pc.title, "created": pc.created,
               "source-session": pc.source_session, "source-checkpoint": pc.source_checkpoint,
-              "trigger": pc.trigger, "quality": pc.quality, "tokens": pc.token_count,
+              "as-of": pc.as_of, "trigger": pc.trigger, "quality": pc.quality, "tokens": pc.token_count,
               "hash": pc.content_hash}
     if pc.edited:
         header["edited"] = True
     parts = ["---", *(f"{k}: {_scalar(v)}" for k, v in header.items()), "---", "", _PREAMBLE]
     for title, attr in SECTIONS:
+        if attr == "kernel_state":
+            parts.append(f"## {title}\n")
+            if pc.kernel_state:
+                parts.append("\n".join([KERNEL_STATE_NOTE, *(f"- {_text(i)}" for i in pc.kernel_state)]) + "\n")
+            continue
         parts.append(f"## {title}\n")
         body = _section_body(pc.capsule, attr)
         if body:
@@ -441,6 +465,7 @@ class _Reader:
         out["created"] = get("created", (str,), "") or ""
         out["source_session"] = get("source-session", (str, type(None)), None)
         out["source_checkpoint"] = get("source-checkpoint", (str, type(None)), None)
+        out["as_of"] = get("as-of", (str, type(None)), None)
         out["trigger"] = get("trigger", (str,), "user")
         out["quality"] = get("quality", (str,), "ok")
         if out["quality"] not in QUALITIES:
@@ -494,8 +519,8 @@ class _Reader:
         out: list[tuple[int, str]] = []
         for n, line in body:
             text = line.strip()
-            if not text:
-                continue
+            if not text or (text.startswith("<!--") and text.endswith("-->")):
+                continue  # blank, or a one-line comment for the reader
             if text in ("-", "*", "+"):
                 out.append((n, ""))
             elif len(text) > 1 and text[0] in "-*+" and text[1] in " \t":
@@ -568,8 +593,13 @@ class _Reader:
             values[_RANGE_KEYS[key]] = value
         return EntryRange(values.get("first_id"), values.get("last_id"), values.get("count", 0))
 
-    def capsule(self, start: int) -> Capsule:
+    def capsule(self, start: int) -> tuple[Capsule, tuple[str, ...]]:
+        """The capsule and the kernel state (not a capsule field) of the body."""
         found = self.sections(start)
+        kernel_state: tuple[str, ...] = ()
+        if "kernel_state" in found:
+            title = _BY_TITLE["kernel state"][0]
+            kernel_state = tuple(self.text(t, n, title) for n, t in self.items(title, found.pop("kernel_state")[1]))
         if "goal" not in found:
             raise self.fail(min(start + 1, len(self.lines)), "missing required section '## Goal'")
         kwargs: dict[str, Any] = {}
@@ -587,7 +617,7 @@ class _Reader:
             else:
                 assert attr in _STRING_LIST_ATTRS
                 kwargs[attr] = tuple(self.text(t, n, title) for n, t in self.items(title, body))
-        return Capsule(**kwargs)
+        return Capsule(**kwargs), kernel_state
 
 
 def load_text(text: str, *, source: str = "<string>", strict: bool = False) -> PortableCapsule:
@@ -599,10 +629,10 @@ def load_text(text: str, *, source: str = "<string>", strict: bool = False) -> P
     reader = _Reader(text, source)
     raw, body_start = reader.header()
     meta = reader.meta(raw, body_start)
-    capsule = reader.capsule(body_start)
+    capsule, kernel_state = reader.capsule(body_start)
     stored = meta.pop("hash")
     edited = bool(meta.pop("edited"))
-    actual = content_hash(capsule)
+    actual = content_hash(capsule, kernel_state)
     if stored != actual:
         if strict:
             line = raw["hash"][0] if "hash" in raw else body_start
@@ -611,7 +641,7 @@ def load_text(text: str, *, source: str = "<string>", strict: bool = False) -> P
                        f"{actual[:19]}… (the file was edited after export)")
             raise CapsuleFileError(source, line, problem + "; load without strict to accept the edit")
         edited = True
-    return PortableCapsule(capsule=capsule, edited=edited, **meta)
+    return PortableCapsule(capsule=capsule, edited=edited, kernel_state=kernel_state, **meta)
 
 
 #: A capsule file is a page of notes; anything bigger than this is refused before it is parsed.

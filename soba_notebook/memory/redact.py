@@ -85,6 +85,7 @@ def redact_portable(pc: PortableCapsule, environ: Mapping[str, str] | None = Non
     r = Redactor.from_environ(environ)
     capsule = _capsule(r, pc.capsule)
     title = r.text(pc.title)
-    if capsule == pc.capsule and title == pc.title:
+    kernel_state = tuple(r.text(item) for item in pc.kernel_state)
+    if capsule == pc.capsule and title == pc.title and kernel_state == pc.kernel_state:
         return pc
-    return replace(pc, capsule=capsule, title=title)
+    return replace(pc, capsule=capsule, title=title, kernel_state=kernel_state)

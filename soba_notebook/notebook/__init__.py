@@ -7,6 +7,7 @@ widget framework, so the UI-free pieces (``display``, ``throttle``) stay usable 
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 __all__ = ["current", "load_ipython_extension", "unload_ipython_extension"]
@@ -23,6 +24,9 @@ def load_ipython_extension(ipython: Any) -> None:
     magics = SobaMagics(ipython)
     ipython.register_magics(magics)
     _LOADED[id(ipython)] = magics
+    events = getattr(ipython, "events", None)
+    if events is not None:  # the user's own cells: for the next turn's note and the kernel state's order
+        events.register("post_run_cell", magics.session.after_cell)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
@@ -31,6 +35,10 @@ def unload_ipython_extension(ipython: Any) -> None:
     if magics is None:
         return
     magics.session.close()
+    events = getattr(ipython, "events", None)
+    if events is not None:
+        with contextlib.suppress(ValueError):
+            events.unregister("post_run_cell", magics.session.after_cell)
     for kind, names in magics.magics.items():
         for name in list(names):
             ipython.magics_manager.magics[kind].pop(name, None)

@@ -52,7 +52,8 @@ def run(session: NotebookSession, args: list[str]) -> Any:
             return None
         capsule, quality, note = made
         tokens = handle.agent.counter.count_text(render(capsule))
-        pc = handoff.create_portable(store, capsule, words[0], quality=quality, token_count=tokens)
+        pc = handoff.create_portable(store, capsule, words[0], quality=quality, token_count=tokens,
+                                     kernel_state=session.kernel_state() or ())
         path = handoff.write_created(root, pc)
         print(f"created {pc.source_checkpoint} ({quality}, {tokens:,} tokens) → {path}"
               + (f" [{note}]" if note else ""))
@@ -62,8 +63,9 @@ def run(session: NotebookSession, args: list[str]) -> Any:
     if command == "export":
         if len(words) != 2 or flags - {"--force"}:
             raise UsageError("usage: %capsule export CK PATH [--force]")
-        path = handoff.export_checkpoint(store, root, words[0], words[1], force="--force" in flags)
-        print(f"exported {words[0]} → {path}")
+        path = handoff.export_checkpoint(store, root, words[0], words[1], force="--force" in flags,
+                                         kernel_state=session.kernel_state())
+        print(f"exported {words[0]} → {path} (true as of entry {store.leaf_id})")
         return None
     if command == "load":
         if len(words) != 1 or flags - {"--continue"}:

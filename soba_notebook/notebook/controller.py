@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from ..agent import AgentHandle, AgentRuntime, TurnResult, open_agent
+from ..agent.kernel_state import tracker_for
 from ..cancel import CancelToken
 from ..config import ConfigEdit, SobaConfig, config_edit, load_config
 from ..errors import ConfigError
 from ..events import Event, EventBus
+from .cell_history import CellHistory, note_text
 from .display import budget_line, detect_frontend
 
 __all__ = ["OFFLINE_NOTICE", "NotebookSession"]
@@ -102,9 +104,12 @@ class NotebookSession:
 
     def __init__(self, project_dir: str | os.PathLike[str] | None = None, *,
                  user_namespace: dict[str, Any] | None = None, frontend: str | None = None,
-                 overrides: Mapping[str, Any] | None = None) -> None:
+                 overrides: Mapping[str, Any] | None = None, namespace_hidden: Mapping[str, Any] | None = None
+                 ) -> None:
         self.project_dir = Path(project_dir or os.getcwd()).resolve()
         self.user_namespace = user_namespace
+        #: the names the shell itself put in the namespace (IPython's ``user_ns_hidden``)
+        self.namespace_hidden = namespace_hidden
         self.frontend = frontend or detect_frontend()
         self.overrides: dict[str, Any] = {k: dict(v) for k, v in (overrides or {}).items()}
         self.handle: AgentHandle | None = None
@@ -116,6 +121,7 @@ class NotebookSession:
         self.last_result: TurnResult | None = None
         self.notices: list[str] = []
         self._deferred_said: dict[str, Any] = {}
+        self.cell_history = CellHistory()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def config(self) -> SobaConfig:
@@ -130,12 +136,41 @@ class NotebookSession:
         self.handle = open_agent(self.project_dir, config=self.config(), session=session, new=new, bus=self.bus,
                                  user_namespace=self.user_namespace)
         self.runtime = AgentRuntime(self.handle.agent)
+        self._connect_kernel(self.handle)
         if len(self.handle.store) == 0:
             self._offer_memory()
         if self.handle.offline and OFFLINE_NOTICE not in self.notices:
             self.notices.append(OFFLINE_NOTICE)
             print(OFFLINE_NOTICE, file=sys.stderr)
         return self.handle
+
+    def _connect_kernel(self, handle: AgentHandle) -> None:
+        """What only a kernel knows: its variables for every capsule, the user's cells for each turn."""
+        if self.user_namespace is not None:
+            handle.agent.engine.kernel_state = tracker_for(self.user_namespace, self.namespace_hidden).lines
+        handle.agent.turn_note = self._turn_note
+
+    def share_cell_history(self) -> bool:
+        """``notebook.shareCellHistory``, or by default: on in a notebook, off in terminal IPython."""
+        configured = self.handle.agent.config.notebook.share_cell_history if self.handle else None
+        return configured if configured is not None else self.frontend != "terminal"
+
+    def after_cell(self, result: Any = None) -> None:
+        """IPython's ``post_run_cell``: note the user's cell; keep the kernel state's order current."""
+        self.cell_history.record(result)
+        if self.user_namespace is not None:
+            tracker_for(self.user_namespace).observe()
+
+    def _turn_note(self) -> str | None:
+        """The note of the user's cells since the last turn (taken once), or None when not shared."""
+        cells, dropped = self.cell_history.take()
+        if not self.share_cell_history():
+            return None
+        return note_text(cells, dropped) or None
+
+    def kernel_state(self) -> list[str] | None:
+        """The kernel's user variables as capsule lines, or None outside a kernel."""
+        return tracker_for(self.user_namespace).lines() if self.user_namespace is not None else None
 
     def _offer_memory(self) -> None:
         """A new session hears what Project Memory holds; nothing is loaded without being asked."""

@@ -50,7 +50,8 @@ def _split(line: str) -> list[str]:
 class SobaMagics(Magics):
     def __init__(self, shell: Any, session: NotebookSession | None = None) -> None:
         super().__init__(shell)
-        self.session = session or NotebookSession(user_namespace=shell.user_ns if shell is not None else None)
+        self.session = session or NotebookSession(user_namespace=shell.user_ns if shell is not None else None,
+                                                  namespace_hidden=getattr(shell, "user_ns_hidden", None))
 
     # -- %soba -------------------------------------------------------------------------------
     @no_var_expand

@@ -216,10 +216,14 @@ def assistant_message(text: str = "", tool_calls: Iterable[ToolCall] = (), *, us
 
 
 def tool_result(tool_call_id: str, name: str, content: str, *, is_error: bool = False,
-                cancelled: bool = False, full_chars: int | None = None) -> Entry:
-    """The result of one tool call. ``full_chars`` is set when ``content`` was truncated."""
+                cancelled: bool = False, full_chars: int | None = None, exit_code: int | None = None,
+                files_changed: Mapping[str, Any] | None = None) -> Entry:
+    """The result of one tool call. ``full_chars`` is set when ``content`` was truncated;
+    ``exit_code`` is a command's recorded exit status; ``files_changed`` the workspace files the
+    run was observed to create, modify or delete (:class:`~soba_notebook.compaction.file_changes.FileChanges`)."""
     return _message(role="tool", toolCallId=tool_call_id, name=name, content=content,
-                    isError=is_error or None, cancelled=cancelled or None, fullChars=full_chars)
+                    isError=is_error or None, cancelled=cancelled or None, fullChars=full_chars,
+                    exitCode=exit_code, filesChanged=dict(files_changed) if files_changed is not None else None)
 
 
 def checkpoint(kind: str, note: str = "") -> Entry:
