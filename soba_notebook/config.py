@@ -30,6 +30,7 @@ __all__ = [
     "ModelConfig",
     "SobaConfig",
     "ToolsConfig",
+    "UiConfig",
     "load_config",
 ]
 
@@ -93,11 +94,20 @@ class MemoryConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class UiConfig:
+    """How the notebook shows the agent. ``sidePanel``: the first turn opens the live budget widget
+    in a JupyterLab side panel (``%budget --side`` does it on demand)."""
+
+    side_panel: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class SobaConfig:
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    ui: UiConfig = field(default_factory=UiConfig)
     #: where each dotted key's value came from ("defaults", a file path, "arguments")
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -125,7 +135,7 @@ class SobaConfig:
 
 
 _SECTIONS: dict[str, type] = {"compaction": CompactionConfig, "model": ModelConfig, "tools": ToolsConfig,
-                              "memory": MemoryConfig}
+                              "memory": MemoryConfig, "ui": UiConfig}
 _SECRET_KEYS = {"apikey", "api_key", "key", "token", "accesstoken", "secret", "password", "authorization"}
 
 

@@ -30,6 +30,7 @@ from ..flight import FlightRecorder
 from ..providers.base import ModelRequest, ModelResponse, Provider, StreamEvent, repair_tool_pairing
 from ..session.entries import Entry, assistant_message, checkpoint, config_change, tool_result, user_message
 from ..session.store import SessionStore
+from ..textclip import head_tail
 from ..tokens import TokenCounter
 from .secrets import scrub, scrub_value, secret_values
 from .skills import SkillRegistry
@@ -244,7 +245,7 @@ class Agent:
             written.append(entry.id or "")
             self.bus.emit("tool_end", call_id=call.id, name=call.name, is_error=result.is_error,
                           cancelled=result.cancelled,
-                          content=scrub(result.content[:2000], self._secrets))
+                          content=head_tail(scrub(result.content, self._secrets)))
             if result.cancelled or cancel.cancelled:
                 return False
             if call.name in ("activate_skill", "deactivate_skill") and result.data.get("changed"):
