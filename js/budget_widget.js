@@ -19,6 +19,7 @@
 //   data-reclaimed-percent   reclaimed percent, one decimal
 //   data-quality       ok | degraded | ""
 //   data-version       state version (increments per applied event)
+//   data-turn          "1" while an agent turn is running
 //   data-fresh         "1" for a few seconds after a compaction completed (the line is highlighted)
 //   data-compactions   how many completed compactions the history strip shows
 // The history strip (.soba-budget__strip) holds one chip per recent completed compaction
@@ -211,6 +212,7 @@ function update(ui, s) {
   d.reclaimedPercent = lc && isNum(lc.reclaimed_percent) ? lc.reclaimed_percent.toFixed(1) : "";
   d.quality = attr(lc && lc.quality);
   d.version = attr(s.version);
+  d.turn = s.turn_active ? "1" : "";
 
   ui.session.textContent = s.session_id ? s.session_id : "";
   ui.source.textContent = s.source ? SOURCE_LABEL[s.source] || s.source : "not measured";
