@@ -76,8 +76,9 @@ def test_analysis_notebook_next_to_the_quickstart_analyses_the_quickstart_sessio
     env = dict(os.environ, HOME=str(tmp_path / "home"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     (tmp_path / "home").mkdir()
-    subprocess.run([sys.executable, str(REPO / "scripts" / "run_notebook.py"), str(REPO / "notebooks" / "quickstart.ipynb"),
-                    str(tmp_path / "quickstart.executed.ipynb")], env=env, check=True, capture_output=True)
+    subprocess.run([sys.executable, str(REPO / "scripts" / "run_notebook.py"),
+                    str(REPO / "notebooks" / "quickstart.ipynb"), str(tmp_path / "quickstart.executed.ipynb")],
+                   env=env, check=True, capture_output=True)
     (session,) = (tmp_path / "soba-quickstart").glob("*/.soba/sessions/*.jsonl")
     copy = tmp_path / "analysis.ipynb"
     shutil.copy(NOTEBOOK, copy)
