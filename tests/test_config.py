@@ -123,5 +123,5 @@ def test_the_side_panel_switch_is_a_ui_key_off_by_default(dirs: tuple[Path, Path
     config = load_config(home=home, project_dir=project)
     assert config.ui.side_panel is True and config.to_json()["ui"] == {"sidePanel": True}
     _write(project / ".soba" / "config.json", {"ui": {"sidePanel": "yes"}})
-    with pytest.raises(ConfigError, match="ui.sidePanel"):
+    with pytest.raises(ConfigError, match=r"ui\.sidePanel"):
         load_config(home=home, project_dir=project)
