@@ -19,6 +19,14 @@
 //   data-reclaimed-percent   reclaimed percent, one decimal
 //   data-quality       ok | degraded | ""
 //   data-version       state version (increments per applied event)
+//   data-turn          "1" while an agent turn is running
+//   data-fresh         "1" for a few seconds after a compaction completed (the line is highlighted)
+//   data-compactions   how many completed compactions the history strip shows
+// The history strip (.soba-budget__strip) holds one chip per recent completed compaction
+// (.soba-budget__chip, trigger and reclaimed %); a skipped compaction is one dim line
+// (.soba-budget__skip) and never replaces the last compaction.
+
+const FRESH_MS = 4000;
 
 const NUMBER = new Intl.NumberFormat("en-US", { maximumFractionDigits: 0 });
 const SVG_NS = "http://www.w3.org/2000/svg";
@@ -96,6 +104,10 @@ function build(root) {
   h("span", "soba-budget__last-label", last, "Last compaction ");
   const lastText = h("span", "soba-budget__last-text", last);
 
+  const skip = h("div", "soba-budget__skip", box);
+  const strip = h("div", "soba-budget__strip", box);
+  strip.setAttribute("aria-label", "recent compactions");
+
   const footer = h("div", "soba-budget__footer", box);
   const spark = svg("svg", {
     class: "soba-budget__spark",
@@ -115,7 +127,7 @@ function build(root) {
 
   return {
     box, session, source, effective, hard, usage, limits, bar, fill, softMark, progress,
-    progressText, progressBar, progressFill, last, lastText, footer, spark, sparkHard, sparkSoft,
+    progressText, progressBar, progressFill, last, lastText, skip, strip, footer, spark, sparkHard, sparkSoft,
     sparkLine, sparkDot, sparkLabel, error,
   };
 }
@@ -153,6 +165,32 @@ function drawSpark(ui, s) {
   ui.sparkLabel.textContent = `${points.length} inference${points.length === 1 ? "" : "s"}`;
 }
 
+function drawStrip(ui, s) {
+  const items = Array.isArray(s.compactions) ? s.compactions : [];
+  ui.strip.hidden = items.length === 0;
+  ui.strip.replaceChildren();
+  if (items.length === 0) return;
+  h("span", "soba-budget__strip-label", ui.strip, "Compactions ");
+  items.forEach((c, i) => {
+    const chip = h("span", "soba-budget__chip", ui.strip, c.chip || "");
+    chip.dataset.status = attr(c.status);
+    chip.title = c.text || "";
+    if (i === items.length - 1) chip.classList.add("soba-budget__chip--latest");
+  });
+}
+
+function markFresh(ui, lc) {
+  // A compaction can complete in milliseconds: keep its line highlighted long enough to be seen.
+  const id = lc && lc.outcome === "completed" ? attr(lc.checkpoint_id || lc.operation_id) : "";
+  if (!id || id === ui.freshId) return;
+  const first = ui.freshId === undefined;
+  ui.freshId = id;
+  if (first) return; // the state a view opens with is not news
+  ui.box.dataset.fresh = "1";
+  clearTimeout(ui.freshTimer);
+  ui.freshTimer = setTimeout(() => { ui.box.dataset.fresh = ""; }, FRESH_MS);
+}
+
 function update(ui, s) {
   s = s || {};
   const lc = s.last_compaction || null;
@@ -174,6 +212,7 @@ function update(ui, s) {
   d.reclaimedPercent = lc && isNum(lc.reclaimed_percent) ? lc.reclaimed_percent.toFixed(1) : "";
   d.quality = attr(lc && lc.quality);
   d.version = attr(s.version);
+  d.turn = s.turn_active ? "1" : "";
 
   ui.session.textContent = s.session_id ? s.session_id : "";
   ui.source.textContent = s.source ? SOURCE_LABEL[s.source] || s.source : "not measured";
@@ -209,6 +248,11 @@ function update(ui, s) {
 
   ui.last.hidden = !lc;
   ui.lastText.textContent = lc ? lc.text || "" : "";
+  ui.skip.hidden = !s.skip_note;
+  ui.skip.textContent = s.skip_note || "";
+  d.compactions = String(Array.isArray(s.compactions) ? s.compactions.length : 0);
+  drawStrip(ui, s);
+  markFresh(ui, lc);
 
   ui.error.hidden = !s.last_error;
   ui.error.textContent = s.last_error ? `Error: ${s.last_error}` : "";
@@ -224,6 +268,7 @@ function render({ model, el }) {
   // Lets Python know a view exists (BudgetWidget.wait_rendered).
   model.send({ type: "soba:rendered" });
   return () => {
+    clearTimeout(ui.freshTimer);
     model.off("change:state", onChange);
     ui.box.remove();
   };

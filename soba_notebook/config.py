@@ -36,6 +36,7 @@ __all__ = [
     "NotebookConfig",
     "SobaConfig",
     "ToolsConfig",
+    "UiConfig",
     "config_edit",
     "load_config",
 ]
@@ -158,6 +159,14 @@ class NotebookConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class UiConfig:
+    """How the notebook shows the agent. ``sidePanel``: the first turn opens the live budget widget
+    in a JupyterLab side panel (``%budget --side`` does it on demand)."""
+
+    side_panel: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class SobaConfig:
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -165,6 +174,7 @@ class SobaConfig:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     notebook: NotebookConfig = field(default_factory=NotebookConfig)
+    ui: UiConfig = field(default_factory=UiConfig)
     #: where each dotted key's value came from ("defaults", a file path, "arguments")
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -198,7 +208,8 @@ class SobaConfig:
 
 
 _SECTIONS: dict[str, type] = {"compaction": CompactionConfig, "model": ModelConfig, "tools": ToolsConfig,
-                              "memory": MemoryConfig, "agent": AgentConfig, "notebook": NotebookConfig}
+                              "memory": MemoryConfig, "agent": AgentConfig, "notebook": NotebookConfig,
+                              "ui": UiConfig}
 _FIELDS = {name: {f.name: f for f in fields(cls)} for name, cls in _SECTIONS.items()}
 _SECRET_KEYS = {"apikey", "api_key", "key", "token", "accesstoken", "secret", "password", "authorization"}
 

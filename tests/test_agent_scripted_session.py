@@ -61,3 +61,21 @@ def test_scripted_session_of_30_plus_inferences_triggers_auto_turn_complete_and_
     run = subprocess.run(["python3", "-m", "unittest", "discover", "-s", "tests"], cwd=project,
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_the_offline_model_says_what_and_where_before_writing_and_never_writes_over_an_existing_file(
+        tmp_path: Path) -> None:
+    mine = "# my own ops module, not the demo's\nVALUE = 1\n"
+    (tmp_path / "calc_demo" / "calc").mkdir(parents=True)
+    (tmp_path / "calc_demo" / "calc" / "ops.py").write_text(mine)
+    handle = open_agent(tmp_path, provider=ScriptedModel())
+    result = asyncio.run(handle.agent.run_turn("create hello.py that prints hi"))
+    assert result.outcome == "completed", result.error
+    replies = [e for e in handle.store.path() if e.role == "assistant"]
+    first_write = next(i for i, e in enumerate(replies) if any(c.name == "write_file" for c in e.tool_calls))
+    before = " ".join(e.text for e in replies[:first_write])
+    assert "I will not do what you asked" in before and "`calc_demo/`" in before
+    assert "never write over an existing file" in before
+    assert (tmp_path / "calc_demo" / "calc" / "ops.py").read_text() == mine
+    written = {c.arguments["path"] for e in replies for c in e.tool_calls if c.name == "write_file"}
+    assert all(p.startswith("calc_demo/") for p in written), written

@@ -62,3 +62,30 @@ def test_analysis_notebook_without_a_transcript(monkeypatch: pytest.MonkeyPatch,
     nb = _run(copy, tmp_path)
     _check(nb, min_images=2)
     assert "demo session" in _text(nb)
+    assert "no SOBA session was found in" in _text(nb)  # the fallback says so
+
+
+def test_analysis_notebook_next_to_the_quickstart_analyses_the_quickstart_session(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The user's first hour: run the quickstart, then open analysis.ipynb next to it."""
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.delenv("SOBA_TRANSCRIPT", raising=False)
+    env = dict(os.environ, HOME=str(tmp_path / "home"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    (tmp_path / "home").mkdir()
+    subprocess.run([sys.executable, str(REPO / "scripts" / "run_notebook.py"),
+                    str(REPO / "notebooks" / "quickstart.ipynb"), str(tmp_path / "quickstart.executed.ipynb")],
+                   env=env, check=True, capture_output=True)
+    (session,) = (tmp_path / "soba-quickstart").glob("*/.soba/sessions/*.jsonl")
+    copy = tmp_path / "analysis.ipynb"
+    shutil.copy(NOTEBOOK, copy)
+    nb = _run(copy, tmp_path)
+    _check(nb, min_images=2)
+    text = _text(nb)
+    assert f"analysing {session}" in text and "demo session" not in text
+    assert "recorded with the offline scripted model" in text
+    assert "zero by construction" in text  # the estimator section explains itself
+    assert "degraded equals compactions by" in text  # the comparison table's caption

@@ -20,6 +20,7 @@ from browser_support import (
     REPO,
     BrowserUnavailable,
     LabNotebook,
+    open_notebook_in_lab,
     require_browser,
     run_notebook_in_lab,
 )
@@ -188,6 +189,9 @@ STYLE_OF = """(el) => {
   return {...el.dataset,
           lastText: el.querySelector('.soba-budget__last-text').textContent,
           lastHidden: el.querySelector('.soba-budget__last').hidden,
+          skipText: el.querySelector('.soba-budget__skip').textContent,
+          skipHidden: el.querySelector('.soba-budget__skip').hidden,
+          chips: [...el.querySelectorAll('.soba-budget__chip')].map((c) => c.textContent),
           lastBorder: s('.soba-budget__last').borderLeftColor,
           lastColor: s('.soba-budget__last-text').color,
           fill: s('.soba-budget__fill').backgroundColor,
@@ -253,12 +257,16 @@ def test_es_module_marks_degraded_skipped_and_failed_compactions_and_updates_liv
         updated = page.locator("#w4 .soba-budget").evaluate(STYLE_OF)
 
     ok, degraded, skipped, failed, compacting, empty = seen
-    assert [w["status"] for w in seen] == ["completed", "degraded", "skipped", "failed", "", ""]
+    assert [w["status"] for w in seen] == ["completed", "degraded", "", "failed", "", ""]
     assert degraded["lastText"].endswith("· degraded (local fallback capsule)")
-    assert skipped["lastText"].startswith("hard_limit · skipped: ROI below minimum")
+    # A skip is one quiet line; it never claims the "Last compaction" slot.
+    assert skipped["lastHidden"] is True and skipped["skipHidden"] is False
+    assert skipped["skipText"] == "ROI below minimum"
+    assert ok["chips"] == ["hard_limit −72.0%"] and degraded["chips"] == ["hard_limit −72.0% (degraded)"]
+    assert skipped["chips"] == [] and failed["chips"] == []
     assert failed["lastText"].startswith("hard_limit · failed: summarizer error")
     # Each non-ok outcome is styled differently from an ok one, and failed is not merely a warning.
-    assert ok["lastBorder"] != degraded["lastBorder"] == skipped["lastBorder"] != failed["lastBorder"]
+    assert ok["lastBorder"] != degraded["lastBorder"] != failed["lastBorder"] != ok["lastBorder"]
     assert failed["lastColor"] != ok["lastColor"] and degraded["lastColor"] != ok["lastColor"]
 
     assert compacting["phase"] == "compacting" and compacting["progress"] == "82"
@@ -275,29 +283,112 @@ def test_es_module_marks_degraded_skipped_and_failed_compactions_and_updates_liv
     assert updated["checkpoint"] == "ck_1" and updated["lastHidden"] is False
 
 
-# -- the real thing: the quickstart notebook on the offline scripted model ------------------------
+# -- the real thing: the quickstart notebook, opened interactively, on the offline scripted model ----
 
 QUICKSTART = REPO / "notebooks" / "quickstart.ipynb"
+ANALYSIS = REPO / "notebooks" / "analysis.ipynb"
+
+# Records every state of the widget views OUTSIDE the notebook (the side panel) as they change.
+SIDE_RECORDER = """
+() => {
+  window.__sobaSide = [];
+  new MutationObserver((records) => {
+    for (const r of records) {
+      const node = r.target;
+      if (node instanceof HTMLElement && node.matches('.soba-budget') && r.attributeName === 'data-version'
+          && !node.closest('.jp-Notebook')) {
+        const d = node.dataset;
+        window.__sobaSide.push({version: Number(d.version), turn: d.turn, effective: d.effective,
+                                compactions: Number(d.compactions || 0)});
+      }
+    }
+  }).observe(document.body, {subtree: true, attributes: true, attributeFilter: ['data-version']});
+}
+"""
+
+
+def _side_panel_state(notebook: LabNotebook) -> dict[str, Any]:
+    page = notebook.page
+    in_notebook = page.locator(".jp-Notebook .soba-budget[data-soba-budget]")
+    side_roots = page.locator(".soba-budget[data-soba-budget]").evaluate_all(
+        "(els) => els.filter((el) => !el.closest('.jp-Notebook')).map((el) => Object.assign({}, el.dataset))")
+    chips = page.locator(".soba-budget__chip").evaluate_all(
+        "(els) => els.filter((el) => !el.closest('.jp-Notebook')).map((el) => el.textContent)")
+    tools = page.locator(".jp-Notebook details.soba-tool").evaluate_all(
+        "(els) => els.map((el) => ({summary: el.querySelector('summary').textContent,"
+        " body: el.querySelector('pre').textContent}))")
+    notes = page.locator(".jp-Notebook .soba-note").evaluate_all(
+        "(els) => els.map((el) => ({text: el.textContent,"
+        " stderr: Boolean(el.closest('[data-mime-type=\"application/vnd.jupyter.stderr\"]'))}))")
+    return {"side": side_roots, "chips": chips, "inline": in_notebook.count(), "tools": tools, "notes": notes,
+            "seen": page.evaluate("() => window.__sobaSide || []")}
+
+
+def _shoot_states(notebook: LabNotebook) -> None:
+    """Screenshots of the widget in its states, saved as artifacts (one goes into docs/)."""
+    page = notebook.page
+    side = page.locator(".soba-budget[data-soba-budget]").filter(has_not=page.locator(".jp-Notebook")).first
+    page.wait_for_selector(".soba-budget__chip", state="attached", timeout=180_000)
+    side.screenshot(path=str(ARTIFACTS / "budget_side_panel_first_compaction.png"))
 
 
 @pytest.mark.browser
-def test_quickstart_in_jupyterlab_shows_a_completed_compaction_in_the_widget(tmp_path: Path) -> None:
+def test_quickstart_opened_in_jupyterlab_keeps_the_budget_in_a_side_panel_with_history_and_clipped_tools(
+        tmp_path: Path) -> None:
+    """The first hour: open the quickstart in Lab and run it. The live budget sits in a side panel
+    and updates during the turns, the history strip lists the compactions, a long tool output shows
+    head, tail, the omitted-lines marker and its exit line, the offline notice is a styled note; then
+    analysis.ipynb, opened next to it, analyses the session the quickstart just recorded."""
     _require_browser()
     home = tmp_path / "home"
     home.mkdir()
+    with open_notebook_in_lab(QUICKSTART, tmp_path, env={"HOME": str(home)}, extra_files=[ANALYSIS],
+                              timeout=180) as notebook:
+        page = notebook.page
+        page.evaluate(SIDE_RECORDER)
+        notebook.run_all_cells()
+        _shoot_states(notebook)
+        page.wait_for_selector(".jp-RenderedImage img", state="attached", timeout=300_000)
+        found = _side_panel_state(notebook)
+        page.screenshot(path=str(ARTIFACTS / "quickstart_in_lab.png"))
+        side = page.locator(".soba-budget[data-soba-budget]").filter(has_not=page.locator(".jp-Notebook")).first
+        side.screenshot(path=str(ARTIFACTS / "budget_side_panel.png"))
+        first_tool = page.locator(".jp-Notebook details.soba-tool").filter(has_text="lines omitted").first
+        first_tool.locator("summary").click()
+        first_tool.screenshot(path=str(ARTIFACTS / "tool_output_clipped.png"))
 
-    def views(notebook: LabNotebook) -> list[dict[str, str]]:
-        return notebook.page.locator(ROOT).evaluate_all("(els) => els.map((el) => Object.assign({}, el.dataset))")
+        # analysis.ipynb next to it (a second tab, as a user would open it): it must pick the
+        # quickstart's session, not a demo.
+        second = page.context.new_page()
+        second.goto(notebook.server.url("lab/tree/analysis.ipynb"))
+        analysis = LabNotebook(page=second, server=notebook.server, name="analysis.ipynb")
+        second.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=120_000)
+        analysis.wait_kernel_idle(120)
+        analysis.run_all_cells()
+        second.wait_for_selector(".jp-OutputArea-output:has-text('analysing')", state="attached", timeout=300_000)
+        analysing = second.locator(".jp-OutputArea-output:has-text('analysing')").first.inner_text()
+        second.screenshot(path=str(ARTIFACTS / "analysis_in_lab.png"))
+    (ARTIFACTS / "quickstart_in_lab.txt").write_text(repr(found) + "\n" + analysing + "\n" +
+                                                     "\n".join(notebook.console[-60:]))
 
-    # the last code cell draws the budget plot: once its image is there, every cell has run
-    run = run_notebook_in_lab(QUICKSTART, ".jp-RenderedImage img", tmp_path, inspect=views, timeout=300,
-                              env={"HOME": str(home)}, screenshot=ARTIFACTS / "quickstart_in_lab.png",
-                              screenshot_selector=ROOT)
-    states = run.value
-    assert states, "the budget widget rendered in JupyterLab"
-    for attrs in states:  # every view shows the one widget model of the session
-        assert attrs["phase"] == "completed" and attrs["outcome"] == "completed"
-        assert attrs["checkpoint"].startswith("ck_") and int(attrs["reclaimed"]) > 0
-        assert int(attrs["effective"]) <= int(attrs["hard"])
-    assert len({a["checkpoint"] for a in states}) == 1
-    assert (ARTIFACTS / "quickstart_in_lab.png").stat().st_size > 2_000
+    assert len(found["side"]) == 1, found["side"]  # the live budget is in a side panel, once
+    final = found["side"][0]
+    assert final["phase"] != "compacting" and final["checkpoint"].startswith("ck_")
+    assert int(final["effective"]) <= int(final["hard"])
+    assert found["inline"] == 1  # only the explicit %budget cell shows it inline; turns keep summaries
+    during = [s for s in found["seen"] if s["turn"] == "1"]
+    assert len({s["effective"] for s in during}) > 3, "the side panel did not update during the turns"
+    assert len(found["chips"]) >= 3 and all(re.search(r" −\d+\.\d%", c) for c in found["chips"]), found["chips"]
+    clipped = [t for t in found["tools"] if "lines omitted" in t["body"]]
+    shells = [t for t in clipped if t["summary"].startswith("shell")]
+    assert shells, "no long shell output was shown"
+    for tool in clipped:
+        assert re.search(r"… [\d,]+ lines omitted …", tool["body"])
+    for tool in shells:  # a failing test run: its summary and its exit line are never the part cut
+        assert re.fullmatch(r"\[exit code \d+\]", tool["body"].splitlines()[-1])
+        assert "[exit code" in tool["summary"]
+    assert found["notes"] and "fixed offline demo script" in found["notes"][0]["text"]
+    assert not any(n["stderr"] for n in found["notes"])
+    assert "/soba-quickstart/" in analysing and "demo session" not in analysing, analysing
+    for name in ("budget_side_panel.png", "budget_side_panel_first_compaction.png", "tool_output_clipped.png"):
+        assert (ARTIFACTS / name).stat().st_size > 2_000

@@ -114,3 +114,14 @@ def test_serialized_config_holds_no_secret_from_the_environment(dirs: tuple[Path
 def test_explicit_path_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such config file"):
         load_config(tmp_path / "missing.json", home=tmp_path)
+
+
+def test_the_side_panel_switch_is_a_ui_key_off_by_default(dirs: tuple[Path, Path]) -> None:
+    home, project = dirs
+    assert load_config(home=home, project_dir=project).ui.side_panel is False
+    _write(project / ".soba" / "config.json", {"ui": {"sidePanel": True}})
+    config = load_config(home=home, project_dir=project)
+    assert config.ui.side_panel is True and config.to_json()["ui"] == {"sidePanel": True}
+    _write(project / ".soba" / "config.json", {"ui": {"sidePanel": "yes"}})
+    with pytest.raises(ConfigError, match=r"ui\.sidePanel"):
+        load_config(home=home, project_dir=project)

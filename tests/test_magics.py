@@ -114,7 +114,7 @@ def test_bad_arguments_raise_usage_errors(shell: InteractiveShell) -> None:
         shell.run_line_magic("soba", "rewind nosuchentry")
     with pytest.raises(UsageError, match="no such session"):
         shell.run_line_magic("soba", "resume nosuchsession")
-    with pytest.raises(UsageError, match="takes no arguments"):
+    with pytest.raises(UsageError, match=re.escape("usage: %budget [--side]")):
         shell.run_line_magic("budget", "now")
     with pytest.raises(UsageError, match="quotes"):
         shell.run_line_magic("capsule", 'create "unterminated')
@@ -184,7 +184,7 @@ def test_no_provider_configured_says_the_offline_scripted_model_is_used(shell: I
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     shell.run_line_magic("soba", "create a tiny calculator package and make its tests pass")
     captured = capsys.readouterr()
-    assert "offline scripted model" in captured.err and "config.json" in captured.err
+    assert "offline demo script" in captured.out and "config.json" in captured.out and not captured.err
     assert "[offline scripted model]" in captured.out
 
 
@@ -196,7 +196,8 @@ def test_compact_without_history_is_a_reported_noop(shell: InteractiveShell, tmp
     fake_server.openai.enqueue(text="short")
     shell.run_line_magic("soba", "hi")
     shell.run_line_magic("compact", "focus on the parser")
-    assert "compaction skipped: no safe history" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.count("nothing old enough to compact yet") == 1, out
 
 
 def test_compact_with_history_reports_tokens_and_checkpoint(shell: InteractiveShell, tmp_path: Path,

@@ -84,9 +84,7 @@ def test_a_non_terminal_stream_pads_over_the_old_line_instead_of_escape_codes() 
     lines = text.split("\r")[1:]
     assert lines[0] == "Compacting context before response · 0%"
     assert lines[1] == "Compacting context before response · 33%"
-    final = "⚠ Context compaction · auto_threshold · skipped: ROI below minimum · 41,230 tokens kept · " \
-            "no capsule appended"
-    assert lines[-1] == final + "\n"
+    assert lines[-1].endswith("\n") and lines[-1].rstrip() == "· ROI below minimum"  # a skip: one quiet line
 
 
 def test_degraded_and_failed_completions_are_marked() -> None:

@@ -167,15 +167,17 @@ def test_a_degraded_capsule_is_visibly_marked() -> None:
     line = last["last_compaction"]
     assert line["status"] == "degraded"
     assert line["text"].endswith("· degraded (local fallback capsule)")
-    assert line["text"].startswith("hard_limit · 50,100 → 14,000 tokens · reclaimed 72.1% · ck_ab12cd")
+    assert line["text"].startswith("hard_limit · history 50,100 tokens (never sent; over the 48,808 limit) → "
+                                   "14,000 sent · reclaimed 72.1% · ck_ab12cd")
 
 
-def test_a_skipped_compaction_shows_its_reason_and_that_nothing_was_appended() -> None:
+def test_a_skipped_compaction_is_a_quiet_note_that_never_replaces_the_last_compaction() -> None:
     snap = fold(start(), progress(60), end("skipped", reason="post-generation ROI below minimum",
                                            after=None, checkpoint=None, quality=None)).snapshot()
     assert snap["phase"] == "skipped"
-    assert snap["last_compaction"]["text"] == (
-        "auto_threshold · skipped: post-generation ROI below minimum · 41,230 tokens kept · no capsule appended")
+    assert snap["last_compaction"] is None  # nothing ever compacted, so there is no "last compaction"
+    assert snap["skip_note"] == "post-generation ROI below minimum"
+    assert snap["compactions"] == []
     assert snap["progress"] == 60  # only a completed compact claims 100%
     assert snap["effective"] is None  # no budget event yet, and a skip does not invent one
 
@@ -378,3 +380,28 @@ def test_widget_loads_the_repository_js_files() -> None:
     widget = BudgetWidget("s1")
     assert widget._esm == (REPO / "js" / ESM_NAME).read_text()
     assert widget._css == (REPO / "js" / CSS_NAME).read_text()
+
+
+def test_a_later_skip_keeps_the_last_completed_compaction_and_the_history_strip() -> None:
+    snap = fold(start(), end(), start(op="op2"), end("skipped", op="op2", reason="nothing old enough to compact yet",
+                                                     after=None, checkpoint=None, quality=None)).snapshot()
+    assert snap["last_compaction"]["checkpoint_id"] == "ck_ab12cd"
+    assert snap["skip_note"] == "nothing old enough to compact yet"
+    assert [c["chip"] for c in snap["compactions"]] == ["auto_threshold −68.8%"]
+
+
+def test_the_history_strip_keeps_the_last_completed_compactions_in_order() -> None:
+    events = []
+    for i in range(8):
+        events += [start(op=f"op{i}"), end(op=f"op{i}", checkpoint=f"ck_{i}")]
+    snap = fold(*events).snapshot()
+    assert [c["checkpoint_id"] for c in snap["compactions"]] == [f"ck_{i}" for i in range(2, 8)]
+
+
+def test_history_over_the_hard_limit_is_labelled_as_never_sent_and_the_request_as_under_it() -> None:
+    snap = fold(budget(12_000, 1), start(before=50_000), end(before=50_000, after=14_000)).snapshot()
+    last = snap["last_compaction"]
+    assert last["over_limit"] is True
+    assert "history 50,000 tokens (never sent; over the 48,808 limit) → 14,000 sent" in last["text"]
+    under = fold(budget(12_000, 1), start(), end()).snapshot()["last_compaction"]
+    assert under["over_limit"] is False and "41,230 → 12,877 tokens" in under["text"]

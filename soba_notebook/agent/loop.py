@@ -50,6 +50,7 @@ from ..session.entries import (
     user_message,
 )
 from ..session.store import SessionStore
+from ..textclip import head_tail
 from ..tokens import TokenCounter
 from .confine import check_workspace_root
 from .secrets import Scrubber, current_scrubber
@@ -341,7 +342,7 @@ class Agent:
             written.append(entry.id or "")
             self.bus.emit("tool_end", call_id=call.id, name=call.name, is_error=result.is_error,
                           cancelled=result.cancelled,
-                          content=self._scrubber.text(result.content[:2000]))
+                          content=head_tail(self._scrubber.text(result.content)))
             if result.cancelled or cancel.cancelled:
                 return "cancelled"
             if call.name in ("activate_skill", "deactivate_skill") and result.data.get("changed"):

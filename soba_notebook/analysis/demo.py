@@ -207,11 +207,28 @@ def _agent_session(root: Path, timeout: float) -> tuple[Path | None, str]:
     return path, ""
 
 
+#: Where notebooks/quickstart.ipynb creates its project: one folder per run, next to the notebook.
+QUICKSTART_DIR = "soba-quickstart"
+
+
+def session_roots(*roots: str | Path) -> list[Path]:
+    """Each root, then each quickstart project under ``<root>/soba-quickstart/`` (newest first)."""
+    found: list[Path] = []
+    for root in map(Path, roots):
+        found.append(root)
+        quick = root / QUICKSTART_DIR
+        if quick.is_dir():
+            found += sorted((p for p in quick.iterdir() if p.is_dir()), reverse=True)
+    return found
+
+
 def newest_session(*roots: str | Path) -> Path | None:
-    """The most recently modified SOBA session under ``<root>/.soba/sessions/`` of any root."""
+    """The most recently modified SOBA session under ``<root>/.soba/sessions/`` of any root, or of a
+    quickstart project under ``<root>/soba-quickstart/<run>/`` (so the analysis notebook, run next to
+    the quickstart, finds the session the quickstart just recorded)."""
     found: list[tuple[float, Path]] = []
-    for root in roots:
-        for info in list_sessions(Path(root) / ".soba" / "sessions"):
+    for root in session_roots(*roots):
+        for info in list_sessions(root / ".soba" / "sessions"):
             found.append((info.modified, info.path))
     return max(found)[1] if found else None
 

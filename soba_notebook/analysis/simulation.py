@@ -33,6 +33,7 @@ from ._common import (
     run_blocking,
     snapshot,
 )
+from .progress import progress
 
 __all__ = ["COMPARE_COLUMNS", "INFERENCE_COLUMNS", "CapsuleView", "SimulationView", "compare", "simulate",
            "simulation_config"]
@@ -307,7 +308,8 @@ def compare(session: SessionLike, configs: Mapping[str, Mapping[str, Any]], *, b
                             f"got {type(settings).__name__}")
         resolved[str(name)] = simulation_config(settings, config)  # validate all before any replay
     snap = snapshot(session)
-    rows = {name: _run(snap, cfg, base_tokens).summary() for name, cfg in resolved.items()}
+    rows = {name: _run(snap, cfg, base_tokens).summary()
+            for name, cfg in progress(resolved.items(), total=len(resolved), desc="simulating", unit="config")}
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.index.name = "config"
     out = {}

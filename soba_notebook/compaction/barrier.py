@@ -264,8 +264,8 @@ class CompactionEngine:
             max_tail_tokens = self._max_tail(check)
         cut = find_cut_point(entries, tokens, keep, max_tail_tokens=max_tail_tokens)
         if cut is None:
-            return (f"no safe history before the retained window (context holds {sum(tokens)} tokens of history; "
-                    f"keepRecentTokens is {keep})")
+            return (f"nothing old enough to compact yet: {sum(tokens):,} tokens of history, "
+                    f"{keep:,} kept verbatim (keepRecentTokens)")
         previous = capsule_of(capsule_entry) if capsule_entry is not None else None
         return CompactionPlan(
             operation_id="op_" + secrets.token_hex(6), trigger=str(trigger), leaf_id=self.store.leaf_id,

@@ -135,8 +135,8 @@ class RoiCheck:
 def _roi(reclaimable: int, total: int, config: CompactionConfig, what: str) -> RoiCheck:
     ratio = reclaimable / total if total > 0 else 0.0
     if reclaimable < config.min_reclaimable_tokens:
-        return RoiCheck(reclaimable, ratio, False, f"{what} {reclaimable} tokens < minReclaimableTokens "
-                                                   f"{config.min_reclaimable_tokens}")
+        return RoiCheck(reclaimable, ratio, False, f"{what} {reclaimable:,} tokens < minReclaimableTokens "
+                                                   f"{config.min_reclaimable_tokens:,}")
     if ratio < config.min_savings_ratio:
         return RoiCheck(reclaimable, ratio, False, f"{what} savings ratio {ratio:.3f} < minSavingsRatio "
                                                    f"{config.min_savings_ratio}")

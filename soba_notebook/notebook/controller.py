@@ -10,11 +10,9 @@ for the transcript to be consistent again.
 from __future__ import annotations
 
 import concurrent.futures
-import html
 import json
 import os
 import queue
-import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -26,6 +24,7 @@ from ..cancel import CancelToken
 from ..config import ConfigEdit, SobaConfig, config_edit, load_config
 from ..errors import ConfigError
 from ..events import Event, EventBus
+from . import cellview
 from .cell_history import CellHistory, note_text
 from .display import budget_line, detect_frontend
 
@@ -43,6 +42,7 @@ class _CellRenderer:
     def __init__(self, frontend: str, out: Callable[[str], None] | None = None) -> None:
         self.frontend = frontend
         self.text = ""
+        self.compactions: list[dict[str, Any]] = []
         self._handle: Any = None
         self._last_update = 0.0
         self._out = out or (lambda s: print(s, end="", flush=True))
@@ -67,14 +67,13 @@ class _CellRenderer:
         elif event.type == "tool_end":
             status = "cancelled" if event.get("cancelled") else ("error" if event.get("is_error") else "ok")
             content = str(event.get("content", ""))
+            block = cellview.tool_block(str(event["name"]), status, content)
             if self.frontend == "terminal":
-                self._out(f"  [{status}] {content.splitlines()[-1][:200] if content else ''}\n")
+                self._out(f"  {block.text}\n")
             else:
-                from IPython.display import HTML
-
-                self._display(HTML(
-                    f"<details class='soba-tool'><summary><code>{html.escape(event['name'])}</code> · {status}"
-                    f"</summary><pre>{html.escape(content[:4000])}</pre></details>"))
+                self._display({"text/html": block.html, "text/plain": block.text}, raw=True)
+        elif event.type == "compaction_end":
+            self.compactions.append(dict(event.data))
         elif event.type == "turn_end":
             self._flush_text()
 
@@ -141,7 +140,8 @@ class NotebookSession:
             self._offer_memory()
         if self.handle.offline and OFFLINE_NOTICE not in self.notices:
             self.notices.append(OFFLINE_NOTICE)
-            print(OFFLINE_NOTICE, file=sys.stderr)
+            workspace = str(self.handle.agent.workspace)
+            cellview.show(cellview.note(cellview.offline_notice(workspace), title="Offline demo"), self.frontend)
         return self.handle
 
     def _connect_kernel(self, handle: AgentHandle) -> None:
@@ -193,8 +193,8 @@ class NotebookSession:
             self._unsubscribe()
         self.handle, self.runtime, self.display, self._unsubscribe = None, None, None, None
 
-    def show_budget(self, *, show: bool = True) -> Any:
-        """Attach (once) and show the session's one budget display."""
+    def show_budget(self, *, show: bool = True, side: bool = False) -> Any:
+        """Attach (once) and show the session's one budget display (``side``: in a Lab side panel)."""
         handle = self.ensure()
         from .widget import attach_budget_display
 
@@ -205,7 +205,14 @@ class NotebookSession:
             # seed the display with the current budget so it is right before the first inference
             check = handle.agent.engine.measure()
             self.bus.emit("budget", session_id=handle.store.id, inference=0, **check.to_event())
+        if hasattr(self.display, "flush"):
+            self.display.flush()  # the state a saved notebook keeps is never an older one
         if show and self.frontend != "terminal":
+            from .sidepanel import open_side_panel
+
+            if side and open_side_panel(self.display, handle.store.id):
+                print(f"the live budget is in the side panel “SOBA budget · {handle.store.id}”")
+                return self.display
             from IPython.display import display
 
             display(self.display)
@@ -217,7 +224,10 @@ class NotebookSession:
     def run(self, prompt: str, *, background: bool = False, timeout: float | None = None) -> TurnResult | None:
         handle = self.ensure()
         assert self.runtime is not None
-        self.show_budget(show=self.frontend != "terminal")
+        # The live widget is displayed once per session (pinned: updated in place); each cell keeps a
+        # static summary of its own turn instead (cellview.cell_summary).
+        fresh = self.display is None
+        self.show_budget(show=fresh and self.frontend != "terminal", side=handle.agent.config.ui.side_panel)
         self._drain_events()
         if not self.runtime.busy:
             self.apply_config_edits()
@@ -254,17 +264,32 @@ class NotebookSession:
             return result
         result = queued.future.result()
         self.last_result = result
+        self.end_cell(renderer.compactions)
         return result
 
-    def _drain_events(self) -> None:
+    def end_cell(self, compactions: list[dict[str, Any]], *, what: str = "turn") -> None:
+        """Deliver the widget's final state before the cell ends (so a saved notebook holds it) and
+        leave the cell's static summary (notebook only: a terminal display already printed it)."""
+        if self.display is not None and hasattr(self.display, "flush"):
+            self.display.flush()
+        if self.frontend != "terminal" and self.display is not None:
+            budget = self.display.budget if hasattr(self.display, "budget") else self.display.state
+            cellview.show(cellview.cell_summary(budget.snapshot(), compactions, what=what), self.frontend)
+
+    def _drain_events(self) -> list[dict[str, Any]]:
+        """Empty the event queue; returns the ``compaction_end`` payloads it held."""
+        ends: list[dict[str, Any]] = []
         while not self._events.empty():
             try:
-                self._events.get_nowait()
+                event = self._events.get_nowait()
             except queue.Empty:
                 break
+            if event.type == "compaction_end":
+                ends.append(dict(event.data))
+        return ends
 
     def run_job(self, job: Callable[[CancelToken], Awaitable[Any]], label: str, *,
-                timeout: float | None = None) -> Any:
+                timeout: float | None = None, summary: str | None = None) -> Any:
         """Run model work other than a turn (``%compact``, ``%capsule create``) and wait for it.
 
         It is queued behind the running turn and the jobs already queued (its position is
@@ -272,7 +297,8 @@ class NotebookSession:
         turn's model request is in flight. The kernel's stop button, or ``%soba stop``, cancels
         it like a turn: its cancel token is set (the summary request is aborted and nothing is
         appended), or, if it has not started yet, it is dropped from the queue and ``None`` is
-        returned.
+        returned. With ``summary`` the cell ends with the widget flushed and a static summary
+        (see :meth:`end_cell`).
         """
         self.ensure()
         assert self.runtime is not None
@@ -297,11 +323,14 @@ class NotebookSession:
                 return None
             return queued.future.result()
         finally:
-            self._drain_events()
+            ends = self._drain_events()
+            if summary is not None:
+                self.end_cell(ends, what=summary)
 
-    def call(self, fn: Callable[[], Awaitable[Any]], timeout: float | None = None) -> Any:
+    def call(self, fn: Callable[[], Awaitable[Any]], timeout: float | None = None, *,
+             summary: str | None = None) -> Any:
         """Run a coroutine function on the agent's loop, serialized with turns (see ``run_job``)."""
-        return self.run_job(lambda _token: fn(), "call", timeout=timeout)
+        return self.run_job(lambda _token: fn(), "call", timeout=timeout, summary=summary)
 
     def status(self) -> dict[str, Any]:
         handle = self.ensure()

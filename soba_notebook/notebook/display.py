@@ -32,6 +32,7 @@ __all__ = [
     "HISTORY_LIMIT",
     "OUTCOMES",
     "PHASES",
+    "STRIP_LIMIT",
     "BudgetPoint",
     "BudgetState",
     "CompactionSummary",
@@ -41,6 +42,7 @@ __all__ = [
     "detect_frontend",
     "format_tokens",
     "progress_text",
+    "skip_text",
 ]
 
 #: Terminal outcomes of a compaction (DESIGN.md, "Compaction pipeline").
@@ -49,6 +51,8 @@ OUTCOMES: tuple[str, ...] = ("completed", "skipped", "cancelled", "stale", "fail
 PHASES: tuple[str, ...] = ("idle", "compacting", *OUTCOMES)
 #: How many per-inference budget points the sparkline keeps.
 HISTORY_LIMIT = 50
+#: How many completed compactions the history strip shows.
+STRIP_LIMIT = 6
 
 Frontend = Literal["widget", "terminal"]
 
@@ -125,10 +129,14 @@ class CompactionSummary:
     duration_ms: int | None = None
     quality: str | None = None
     source: str | None = None
+    hard_limit: int | None = None
 
     @classmethod
-    def from_event(cls, data: Mapping[str, Any]) -> CompactionSummary:
-        """Build from a ``compaction_end`` payload; missing reclaimed numbers are derived."""
+    def from_event(cls, data: Mapping[str, Any], *, hard_limit: int | None = None) -> CompactionSummary:
+        """Build from a ``compaction_end`` payload; missing reclaimed numbers are derived.
+
+        ``hard_limit`` (else the payload's ``hard_limit``) lets :attr:`text` say honestly when the
+        history before compaction was larger than any request ever sent."""
         before = _as_int(data.get("tokens_before"))
         after = _as_int(data.get("tokens_after"))
         reclaimed = _as_int(data.get("reclaimed_tokens"))
@@ -151,6 +159,7 @@ class CompactionSummary:
             duration_ms=_as_int(data.get("duration_ms")),
             quality=_as_str(data.get("quality")),
             source=_as_str(data.get("source")),
+            hard_limit=_as_int(data.get("hard_limit")) if data.get("hard_limit") is not None else hard_limit,
         )
 
     @property
@@ -165,13 +174,31 @@ class CompactionSummary:
         return self.outcome
 
     @property
+    def over_limit(self) -> bool:
+        """The history before compaction was above the hard limit (so it was never sent as is)."""
+        return (self.tokens_before is not None and self.hard_limit is not None
+                and self.tokens_before > self.hard_limit)
+
+    @property
     def text(self) -> str:
         """One line, e.g. ``auto_threshold · 41,230 → 12,877 tokens · reclaimed 68.8% · ck_ab12cd``.
 
-        Degraded, skipped, cancelled, stale and failed compacts say so in words, with the reason.
+        When the history before compaction was over the hard limit the line says it was history that
+        was never sent, and that the request sent is under the limit: ``hard_limit · history 15,709
+        tokens (never sent; over the 14,000 limit) → 9,120 sent · …``. Degraded, skipped, cancelled,
+        stale and failed compacts say so in words, with the reason.
         """
         parts = [self.trigger or "compaction"]
-        if self.outcome == "completed":
+        if self.outcome == "completed" and self.over_limit:
+            parts.append(f"history {format_tokens(self.tokens_before)} tokens (never sent; over the "
+                         f"{format_tokens(self.hard_limit)} limit) → {format_tokens(self.tokens_after)} sent")
+            if self.reclaimed_percent is not None:
+                parts.append(f"reclaimed {self.reclaimed_percent:.1f}%")
+            if self.checkpoint_id:
+                parts.append(self.checkpoint_id)
+            if self.degraded:
+                parts.append(_DEGRADED_NOTE)
+        elif self.outcome == "completed":
             parts.append(f"{format_tokens(self.tokens_before)} → {format_tokens(self.tokens_after)} tokens")
             if self.reclaimed_percent is not None:
                 parts.append(f"reclaimed {self.reclaimed_percent:.1f}%")
@@ -186,8 +213,20 @@ class CompactionSummary:
             parts.append("no capsule appended")
         return " · ".join(parts)
 
+    @property
+    def chip(self) -> str:
+        """The history strip's short form, e.g. ``auto_threshold −68.8%``."""
+        pct = f" −{self.reclaimed_percent:.1f}%" if self.reclaimed_percent is not None else ""
+        return f"{self.trigger or 'compaction'}{pct}" + (" (degraded)" if self.degraded else "")
+
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "status": self.status, "text": self.text}
+        return {**asdict(self), "status": self.status, "text": self.text, "chip": self.chip,
+                "over_limit": self.over_limit}
+
+
+def skip_text(summary: CompactionSummary) -> str:
+    """The quiet one-liner for a compaction that did nothing: its reason in plain words."""
+    return summary.reason or "nothing to compact yet"
 
 
 class BudgetState:
@@ -200,7 +239,10 @@ class BudgetState:
       returns to ``idle`` at the next ``turn_start``);
     * progress of the running compaction, in percent, never decreasing within one operation;
       progress for another operation id is ignored;
-    * ``last_compaction``, which persists after the compaction ended (until the next one ends);
+    * ``last_compaction``: the last compaction that did something (completed, or failed, cancelled,
+      stale); it persists after the compaction ended. A *skipped* compaction (nothing safe to
+      summarize yet) never replaces it: it only sets ``skip_note``, a quiet plain-words line;
+    * ``compactions``: the last :data:`STRIP_LIMIT` completed compactions (the history strip);
     * the last :data:`HISTORY_LIMIT` effective-token points, one per inference (a later ``budget``
       for the same inference replaces its point).
     """
@@ -222,6 +264,8 @@ class BudgetState:
         self.operation_id: str | None = None
         self.tokens_before: int | None = None
         self.last_compaction: CompactionSummary | None = None
+        self.skip_note: str | None = None
+        self._completed: deque[CompactionSummary] = deque(maxlen=STRIP_LIMIT)
         self.turn_active = False
         self.turn_outcome: str | None = None
         self.last_error: str | None = None
@@ -287,9 +331,15 @@ class BudgetState:
         self.step = _as_str(data.get("phase")) or self.step
 
     def _on_compaction_end(self, data: Mapping[str, Any]) -> None:
-        summary = CompactionSummary.from_event(data)
-        self.last_compaction = summary
+        summary = CompactionSummary.from_event(data, hard_limit=self.hard)
         self.phase = summary.outcome if summary.outcome in OUTCOMES else "failed"
+        if summary.outcome == "skipped":
+            self.skip_note = skip_text(summary)
+        else:
+            self.last_compaction = summary
+            self.skip_note = None
+        if summary.outcome == "completed":
+            self._completed.append(summary)
         self.trigger = summary.trigger or self.trigger
         self.operation_id = summary.operation_id or self.operation_id
         if summary.outcome == "completed":
@@ -339,6 +389,12 @@ class BudgetState:
             return progress_text(self.percent, self.trigger)
 
     @property
+    def compactions(self) -> list[CompactionSummary]:
+        """The last :data:`STRIP_LIMIT` completed compactions, oldest first."""
+        with self._lock:
+            return list(self._completed)
+
+    @property
     def history(self) -> list[BudgetPoint]:
         with self._lock:
             return list(self._history)
@@ -368,6 +424,8 @@ class BudgetState:
                 "tokens_before": self.tokens_before,
                 "progress_text": self.progress_text,
                 "last_compaction": self.last_compaction.to_dict() if self.last_compaction else None,
+                "skip_note": self.skip_note,
+                "compactions": [c.to_dict() for c in self._completed],
                 "history": [p.to_dict() for p in self._history],
                 "turn_active": self.turn_active,
                 "turn_outcome": self.turn_outcome,
@@ -408,10 +466,13 @@ def budget_line(snapshot: Mapping[str, Any]) -> str:
     last = snapshot.get("last_compaction")
     if last:
         line += f" · last compaction: {last['text']}"
+    if snapshot.get("skip_note"):
+        line += f" · {snapshot['skip_note']}"
     return line
 
 
 _CLEAR_LINE = "\x1b[2K"
+_DIM, _RESET = "\x1b[2m", "\x1b[0m"
 _GLYPHS = {"completed": "✓", "degraded": "⚠", "failed": "✗"}
 
 
@@ -465,6 +526,11 @@ class TerminalBudgetDisplay:
                 if text and text != self._open_text:
                     self._rewrite(text, end="")
                     self._open_text = text
+            elif event.type == "compaction_end" and self._state.phase == "skipped":
+                note = self._state.skip_note or "nothing to compact yet"
+                ansi = self._ansi if self._ansi is not None else _isatty(self._out())
+                self._rewrite(f"{_DIM}· {note}{_RESET}" if ansi else f"· {note}", end="\n")
+                self._open_text = None
             elif event.type == "compaction_end":
                 summary = self._state.last_compaction
                 if summary is not None:

@@ -106,9 +106,9 @@ class SobaMagics(Magics):
         s = self.session
         try:
             if name == "status":
-                status = s.status()
-                for key, value in status.items():
-                    print(f"{key:>16}: {value}")
+                from .cellview import status_lines
+
+                print("\n".join(status_lines(s.status())))
                 return None
             if name == "sessions":
                 from ..session.store import list_sessions
@@ -208,19 +208,20 @@ class SobaMagics(Magics):
         text = " ".join(parsed.instructions).strip()
         s = self.session
         handle = s.ensure()
-        s.show_budget(show=s.frontend != "terminal")
+        s.show_budget(show=s.display is None and s.frontend != "terminal")
         try:
-            outcome = s.run_job(lambda cancel: handle.agent.compact(text or None, cancel), "%compact")
+            outcome = s.run_job(lambda cancel: handle.agent.compact(text or None, cancel), "%compact",
+                                summary="%compact")
         except SobaError as exc:
             raise UsageError(str(exc)) from None
         if outcome is None:  # withdrawn from the queue before it started
             return None
-        if outcome.outcome == "completed":
+        # A notebook cell got its summary from the job; a terminal display printed each outcome,
+        # so only a completed compact adds its numbers here (a skip stays one quiet line).
+        if s.frontend == "terminal" and outcome.outcome == "completed":
             print(f"compacted ({outcome.trigger}): {outcome.tokens_before:,} → {outcome.tokens_after:,} tokens, "
                   f"reclaimed {outcome.reclaimed_percent}% · {outcome.checkpoint_id}"
                   + (" · degraded (local fallback capsule)" if outcome.quality == "degraded" else ""))
-        else:
-            print(f"compaction {outcome.outcome}: {outcome.reason}")
         if outcome.entry is not None:
             self._mirror(outcome.entry, remember)
         return None
@@ -240,10 +241,13 @@ class SobaMagics(Magics):
     @line_magic
     def budget(self, line: str) -> Any:
         """Show the token budget: effective tokens against the hard and soft limits, the source,
-        and the last compaction (the widget in a notebook, one text line in a terminal)."""
-        if line.strip():
-            raise UsageError("%budget takes no arguments")
-        self.session.show_budget(show=True)
+        and the last compaction (the widget in a notebook, one text line in a terminal).
+
+        %budget --side   the live widget in a JupyterLab side panel that stays in view while you
+                         scroll (config switch ui.sidePanel opens it with the first turn)."""
+        if line.strip() not in ("", "--side"):
+            raise UsageError("usage: %budget [--side]")
+        self.session.show_budget(show=True, side=line.strip() == "--side")
         return None
 
     # -- %auto_compact ----------------------------------------------------------------------

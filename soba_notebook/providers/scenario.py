@@ -415,10 +415,12 @@ def _survey(conversation: _Conversation, ids: _Ids, has: Callable[[str], bool]) 
     if conversation.compacted:
         lines += ["Earlier context was compacted into a capsule; rather than trusting memory, I am re-checking "
                   "the files on disk before I continue.", ""]
-    lines += ["I am SOBA's offline scripted model: deterministic, no network, no language model behind me. "
-              f"Whatever the prompt, I continue one fixed demo project, a tiny calculator package in "
-              f"`{PROJECT_DIR}/`, built over several requests (core operations, a parser, a command line, "
-              "sessions with variables). Every step runs real tools in this workspace.", "",
+    lines += ["I am SOBA's offline scripted model: no model provider is configured, so a fixed demo script "
+              "answers instead of a language model (deterministic, no network). **I will not do what you "
+              f"asked.** What I will do: continue one fixed demo project, a tiny calculator package in the "
+              f"demo folder `{PROJECT_DIR}/` of this workspace, built over several requests (core operations, "
+              "a parser, a command line, sessions with variables). I only create files that do not exist yet "
+              "and never write over an existing file of yours; every step runs real tools.", "",
               f"First I look at the workspace and at `{PROGRESS_PATH}` to see how far the project has come."]
     calls = [ids("turn", "survey", "list_files", path=".")] if has("list_files") else []
     calls.append(ids("turn", "survey", "shell", command=SURVEY_COMMAND))
