@@ -412,7 +412,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.owner._track(self.connection, add=False)
 
     def do_GET(self) -> None:
-        self._send(_json_reply(404, {"error": {"message": f"fake server: no GET {self.path}"}}))
+        owner = self.server.owner
+        owner.gets.append(self.path)  # kept apart: ``requests`` holds the model requests only
+        body = owner.get_routes.get(self.path)
+        self._send(_json_reply(200, body) if body is not None else
+                   _json_reply(404, {"error": {"message": f"fake server: no GET {self.path}"}}))
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
@@ -520,6 +524,9 @@ class FakeServer:
     requests: list[RecordedRequest] = field(default_factory=list)
     disconnects: int = 0
     connections_opened: int = 0
+    #: GET path -> JSON body (a server's ``/props`` or ``/v1/models``); others answer 404
+    get_routes: dict[str, Any] = field(default_factory=dict)
+    gets: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.openai = OpenAIWire(self)

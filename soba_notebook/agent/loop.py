@@ -309,7 +309,7 @@ class Agent:
         return self._append(assistant_message(
             response.text, response.tool_calls, usage=response.usage, model=response.model or request.model,
             provider=self.provider.name, stop_reason=response.stop_reason, thinking=response.thinking or None,
-            context_key=context_key))
+            context_key=context_key, estimated_input=request.estimated_input_tokens))
 
     async def _run_tools(self, response: ModelResponse, cancel: CancelToken, written: list[str],
                          repeats: Counter[str]) -> str:

@@ -80,10 +80,10 @@ def capsule_schema(max_output_tokens: int) -> dict[str, Any]:
     limit finishes within ``max_output_tokens``: a grammar-constrained small model otherwise keeps
     adding items until the output cap cuts its JSON in half."""
     chars = max_output_tokens * _CHARS_PER_TOKEN
-    text_len = 160
-    # 10 string lists + 2 object lists (about two strings each) share what the goal leaves
-    per_item = text_len + 8
-    items = max(1, (chars - 600) // (14 * per_item))
+    # 10 string lists + 2 object lists of two strings each: 14 strings per item; 600 characters
+    # for keys and punctuation; strings shorten before lists drop below one item
+    text_len = max(40, min(160, (chars - 600) // 14 - 8))
+    items = max(1, (chars - 600) // (14 * (text_len + 8)))
 
     def text(limit: int = text_len) -> dict[str, Any]:
         return {"type": "string", "maxLength": limit}
@@ -97,7 +97,7 @@ def capsule_schema(max_output_tokens: int) -> dict[str, Any]:
              "properties": {"command": text(), "detail": text(),
                             "status": {"type": "string", "enum": ["passed", "failed", "unknown"]}},
              "required": ["command", "status", "detail"], "additionalProperties": False}
-    properties: dict[str, Any] = {"goal": text(400)}
+    properties: dict[str, Any] = {"goal": text(min(400, 2 * text_len))}
     for name in _SCHEMA_ORDER:  # the order the system prompt lists them in
         item = decision if name == "decisions" else check if name == "verification" else text()
         properties[name] = listing(item)

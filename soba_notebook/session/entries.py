@@ -205,14 +205,17 @@ def user_message(text: str, *, source: str | None = None) -> Entry:
 
 def assistant_message(text: str = "", tool_calls: Iterable[ToolCall] = (), *, usage: Usage | None = None,
                       model: str | None = None, provider: str | None = None, stop_reason: str | None = None,
-                      thinking: str | None = None, context_key: str | None = None) -> Entry:
+                      thinking: str | None = None, context_key: str | None = None,
+                      estimated_input: int | None = None) -> Entry:
     """An assistant reply. ``context_key`` identifies the model input it answered (the capsule
     in force and its first kept entry), so the budget knows whether ``usage`` still describes a
-    prefix of the next request."""
+    prefix of the next request. ``estimated_input`` is SOBA's calibrated estimate of that
+    request's size, kept beside the provider's count so the estimator can be checked."""
     calls = [c.to_json() for c in tool_calls] or None
     return _message(role="assistant", content=text, toolCalls=calls,
                     usage=usage.to_json() if usage else None, model=model, provider=provider,
-                    stopReason=stop_reason, thinking=thinking or None, contextKey=context_key)
+                    stopReason=stop_reason, thinking=thinking or None, contextKey=context_key,
+                    estimatedInput=estimated_input)
 
 
 def tool_result(tool_call_id: str, name: str, content: str, *, is_error: bool = False,

