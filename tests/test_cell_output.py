@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from soba_notebook.notebook.cellview import cell_summary, note, offline_notice, status_lines, tool_block
+from soba_notebook.notebook.cellview import cell_summary, note, offline_notice, status_lines, stopped_turn, tool_block
 from soba_notebook.textclip import head_tail
 
 FAILING_RUN = "\n".join([f"test_{i} ... ok" for i in range(300)]
@@ -52,6 +52,18 @@ def test_a_cell_summary_lists_its_compactions_and_says_a_skip_in_one_plain_line(
     assert out.text.splitlines()[0] == "After this turn: context 12,877 / 14,000 tokens (92.0%) · 1 compaction"
     assert "history 15,709 tokens (never sent; over the 14,000 limit) → 9,120 sent" in out.text
     assert out.text.count("nothing old enough to compact yet") == 1
+
+
+def test_a_stopped_turn_says_so_in_the_cell_and_names_only_capsules_appended_before_the_stop() -> None:
+    cancelled = {"trigger": "turn_complete", "outcome": "cancelled", "reason": "interrupted from the kernel"}
+    out = stopped_turn("cancelled", [cancelled])
+    assert out.text == "Turn cancelled: the transcript is consistent and no capsule was appended"
+    assert "class='soba-note'" in out.html and "no capsule was appended" in out.html
+    earlier = {"trigger": "auto_threshold", "outcome": "completed", "checkpoint_id": "ck_1"}
+    out = stopped_turn("cancelled", [earlier, cancelled])
+    assert "ck_1" in out.text and "no capsule was appended after it" in out.text
+    assert "nothing was sent" in stopped_turn(None).text
+    assert stopped_turn("completed").text.startswith("Turn not cancelled:")
 
 
 def test_soba_status_prints_aligned_fields_with_thousands_separators() -> None:

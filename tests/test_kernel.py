@@ -92,8 +92,10 @@ def test_kernel_interrupt_during_a_compaction_cancels_the_turn_and_appends_no_ca
     state = {"agent": 0}
 
     def handler(path: str, body: dict) -> dict:
-        if is_summary_request(body):  # the summary streams so slowly that the interrupt lands first
-            return {"text": ["{", '"goal": ', '"g"', "}"], "delay": 2.0, "usage": False}
+        if is_summary_request(body):  # the summary comes so slowly that the interrupt lands first
+            # (headers_delay: a stream carrying no usage makes the provider ask without streaming,
+            # and a plain reply is slow only before its headers)
+            return {"text": ["{", '"goal": ', '"g"', "}"], "headers_delay": 2.0, "usage": False}
         state["agent"] += 1
         if state["agent"] <= 6:
             return {"tool_calls": [{"id": f"w{state['agent']}", "name": "write_file",
@@ -120,16 +122,25 @@ def test_kernel_interrupt_during_a_compaction_cancels_the_turn_and_appends_no_ca
             assert time.monotonic() < deadline, "the barrier never started a summary"
             time.sleep(0.05)
         km.interrupt_kernel()
-        outputs = []
+        shown = []  # what the cell shows, as each bundle's text/html and text/plain
         while True:
             msg = kc.get_iopub_msg(timeout=60)
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
-            if msg["msg_type"] == "stream":
-                outputs.append(msg["content"]["text"])
+            if msg["msg_type"] in ("display_data", "execute_result"):
+                shown.append(msg["content"]["data"])
+            if msg["msg_type"] == "error":
+                shown.append({"text/plain": "\n".join(msg["content"]["traceback"])})
             if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
                 break
-        assert "turn cancelled" in "".join(outputs)
+        said = [d for d in shown if "Turn cancelled" in d.get("text/plain", "")]
+        assert said, f"the cell says the turn was cancelled: {shown}"
+        assert "no capsule was appended" in said[0]["text/plain"]
+        assert "soba-note" in said[0]["text/html"] and "Turn cancelled" in said[0]["text/html"]
+        assert "no capsule was appended" in said[0]["text/html"]
+        summary = [d for d in shown if "soba-summary" in d.get("text/html", "")]
+        assert summary and "After this cancelled turn" in summary[-1]["text/plain"]
+        assert not any("Traceback" in d.get("text/plain", "") for d in shown)
         requests_after_interrupt = len(fake_server.requests)
         time.sleep(2.5)  # the slow summary would have finished by now
         assert len(fake_server.requests) == requests_after_interrupt, "nothing was sent after the cancel"

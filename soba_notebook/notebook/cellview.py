@@ -8,6 +8,8 @@ Owns the static, per-cell pieces of the notebook UI, as pure functions that retu
 * :func:`tool_block` — one tool call's result, collapsed, with its last line (a shell's
   ``[exit code N]``) always in the summary and the body already clipped head + tail by
   :func:`soba_notebook.textclip.head_tail`;
+* :func:`stopped_turn` — what the stop button did to a turn, said in the cell (both forms): that
+  it was cancelled and which capsules, if any, were appended before the stop;
 * :func:`cell_summary` — the static record of what one cell's turn (or ``%compact``) did to the
   context: the budget when it ended and each compaction in it. The live widget is displayed once
   per session and keeps changing; these summaries are what each cell's output keeps for good.
@@ -25,7 +27,8 @@ from typing import Any
 from ..textclip import head_tail, last_line
 from .display import CompactionSummary, format_tokens, skip_text
 
-__all__ = ["CellOutput", "cell_summary", "note", "offline_notice", "show", "status_lines", "tool_block"]
+__all__ = ["CellOutput", "cell_summary", "note", "offline_notice", "show", "status_lines", "stopped_turn",
+           "tool_block"]
 
 _NOTE_STYLE = ("margin:4px 0;padding:6px 10px;border-left:3px solid var(--jp-info-color1,#0288d1);"
                "background:var(--jp-layout-color2,#f3f6f9);color:var(--jp-ui-font-color1,inherit);"
@@ -75,6 +78,22 @@ def tool_block(name: str, status: str, content: str) -> CellOutput:
     body = (f"<details class='soba-tool' data-soba-tool><summary>{summary}</summary>"
             f"<pre>{html.escape(shown)}</pre></details>")
     return CellOutput(body, f"[{status}] {name}: {last[:200]}")
+
+
+def stopped_turn(outcome: str | None, ends: Sequence[Mapping[str, Any]] = ()) -> CellOutput:
+    """What the stop button did to a turn: ``outcome`` is the turn's (``None``: it was still queued
+    and never started); ``ends`` the ``compaction_end`` payloads of the cell. A capsule appended by
+    a compaction that completed before the stop is named; a cancelled one appended nothing."""
+    if outcome is None:
+        return note("it never started; nothing was sent and nothing was appended", title="Turn cancelled")
+    kept = [str(e.get("checkpoint_id") or "a capsule") for e in ends if e.get("outcome") == "completed"]
+    if outcome != "cancelled":
+        return note(f"the stop came as the turn ended; it {outcome} and the transcript is consistent",
+                    title="Turn not cancelled")
+    if not kept:
+        return note("the transcript is consistent and no capsule was appended", title="Turn cancelled")
+    return note(f"the transcript is consistent; the capsule of the compaction that completed before the stop "
+                f"stays ({', '.join(kept)}) and no capsule was appended after it", title="Turn cancelled")
 
 
 def _budget_words(snapshot: Mapping[str, Any]) -> str:

@@ -4,7 +4,8 @@ The magics are thin; this class does the work they share. A foreground turn is s
 runtime thread and the *kernel* thread waits, pulling the agent's events from a queue and
 rendering them into the running cell (so output lands in the right cell), until the turn ends.
 A kernel interrupt while waiting cancels the turn through the agent's cancel signal and waits
-for the transcript to be consistent again.
+for the transcript to be consistent again; the cell then says so, in a note and its static
+summary, in HTML and in text/plain (see :func:`cellview.stopped_turn`).
 """
 
 from __future__ import annotations
@@ -255,12 +256,14 @@ class NotebookSession:
             # this turn, not whatever job runs ahead of it (a queued turn is simply dropped)
             self.runtime.withdraw(queued, "interrupted from the kernel")
             if queued.future.cancelled():
-                print("\nturn cancelled before it started; nothing was sent")
+                cellview.show(cellview.stopped_turn(None), self.frontend)
                 return None
             result = queued.future.result()
-            self._drain_events()
-            print("\nturn cancelled; the transcript is consistent and no capsule was appended")
+            while not self._events.empty():  # the turn's last events (its end, a cancelled compaction)
+                renderer.handle(self._events.get_nowait())
+            cellview.show(cellview.stopped_turn(result.outcome, renderer.compactions), self.frontend)
             self.last_result = result
+            self.end_cell(renderer.compactions, what="cancelled turn" if result.outcome == "cancelled" else "turn")
             return result
         result = queued.future.result()
         self.last_result = result
