@@ -340,6 +340,7 @@ def test_quickstart_opened_in_jupyterlab_keeps_the_budget_in_a_side_panel_with_h
     head, tail, the omitted-lines marker and its exit line, the offline notice is a styled note; then
     analysis.ipynb, opened next to it, analyses the session the quickstart just recorded."""
     _require_browser()
+    from playwright.sync_api import expect
     home = tmp_path / "home"
     home.mkdir()
     with open_notebook_in_lab(QUICKSTART, tmp_path, env={"HOME": str(home)}, extra_files=[ANALYSIS],
@@ -366,7 +367,13 @@ def test_quickstart_opened_in_jupyterlab_keeps_the_budget_in_a_side_panel_with_h
         analysis.wait_kernel_idle(120)
         analysis.run_all_cells()
         second.wait_for_selector(".jp-OutputArea-output:has-text('analysing')", state="attached", timeout=300_000)
-        analysing = second.locator(".jp-OutputArea-output:has-text('analysing')").first.inner_text()
+        # Run All leaves the last cell in view, and Lab (windowing: content-visibility) does not render
+        # cells out of view, so the first cell's output has no text on screen until it is scrolled to,
+        # as a user would.
+        said = second.locator(".jp-OutputArea-output:has-text('analysing')").first
+        said.scroll_into_view_if_needed()
+        expect(said).to_contain_text("analysing", use_inner_text=True, timeout=30_000)
+        analysing = said.inner_text()
         second.screenshot(path=str(ARTIFACTS / "analysis_in_lab.png"))
     (ARTIFACTS / "quickstart_in_lab.txt").write_text(repr(found) + "\n" + analysing + "\n" +
                                                      "\n".join(notebook.console[-60:]))
