@@ -203,7 +203,7 @@ def test_a_turn_stops_at_max_steps_per_turn_with_a_clear_message_and_a_paired_tr
     fake_server.handler = lambda path, body: {
         "tool_calls": [{"id": f"c{next(n)}", "name": "list_files", "arguments": {"path": f"d{next(n)}"}}]}
     result = asyncio.run(agent.run_turn("loop"))
-    assert result.outcome == "failed" and result.inferences == 3
+    assert result.outcome == "stopped" and result.inferences == 3
     assert "3 model steps" in (result.error or "") and "agent.maxStepsPerTurn" in (result.error or "")
     assert pair_problems([e for e in agent.store.path() if e.is_model_input]) == []
 
@@ -218,7 +218,7 @@ def test_the_same_call_repeated_with_nothing_changed_in_between_ends_the_turn_an
         dict(zip(("name", "arguments"), calls[(i := next(n)) % 2], strict=True), id=f"c{i}")]}
     (agent.workspace / "a.txt").write_text("x")
     result = asyncio.run(agent.run_turn("loop"))
-    assert result.outcome == "failed" and "agent.maxRepeatedToolCalls" in (result.error or "")
+    assert result.outcome == "stopped" and "agent.maxRepeatedToolCalls" in (result.error or "")
     results = [e for e in agent.store.path() if e.role == "tool"]
     assert results[-1].message.get("isError") and results[-1].text.startswith("not run")
     assert sum(1 for e in results if e.message.get("name") == "read_file" and not e.message.get("isError")) == 3

@@ -71,7 +71,8 @@ to read any earlier entry exactly."""
 
 @dataclass(frozen=True, slots=True)
 class TurnResult:
-    outcome: str  # completed | cancelled | failed
+    #: completed | cancelled | failed | stopped (a per-turn limit ended it; ``error`` says which)
+    outcome: str
     text: str = ""
     error: str | None = None
     inferences: int = 0
@@ -176,7 +177,7 @@ class Agent:
                     outcome = "cancelled"
                     break
                 if turn.inferences >= self.config.agent.max_steps_per_turn:
-                    outcome, error = "failed", (
+                    outcome, error = "stopped", (
                         f"turn stopped after {turn.inferences:,} model steps (agent.maxStepsPerTurn is "
                         f"{self.config.agent.max_steps_per_turn:,}); the transcript is complete, ask again to go on")
                     break
@@ -228,7 +229,7 @@ class Agent:
                     outcome = "cancelled"
                     break
                 if ran == "repeated":
-                    outcome, error = "failed", (
+                    outcome, error = "stopped", (
                         f"turn stopped: the model asked for the same tool call with the same arguments more than "
                         f"{self.config.agent.max_repeated_tool_calls:,} times (agent.maxRepeatedToolCalls); "
                         "the repeated call was not run")
@@ -250,7 +251,7 @@ class Agent:
             outcome, error = "failed", error or str(exc)
         if outcome == "completed" and self.config.compaction.compact_on_turn_complete:
             self.engine.record_turn_complete()
-        if error:
+        if error and outcome == "failed":  # a stopped turn is a limit doing its job, not an error
             self.bus.emit("error", source="agent", message=error)
         self.bus.emit("turn_end", session_id=self.store.id, outcome=outcome, error=error)
         return TurnResult(outcome, "\n\n".join(texts), error, turn.inferences, tuple(written))
@@ -273,7 +274,9 @@ class Agent:
         return ModelRequest(model=self.config.model.model, system=self.system_prompt(), messages=tuple(messages),
                             tools=self.tools.specs(), max_output_tokens=self.config.model.max_output_tokens,
                             temperature=self.config.model.temperature,
-                            estimated_input_tokens=self.engine.tracker.check().estimated)
+                            # what the budget check holds this request to be: the provider's count of
+                            # the last reply's prompt plus a calibrated estimate of what came after
+                            estimated_input_tokens=self.engine.tracker.check().effective)
 
     def _request_tokens(self, request: ModelRequest) -> int:
         return request_tokens(self.counter, request.system, request.tools, request.messages)

@@ -75,6 +75,8 @@ class SobaMagics(Magics):
             raise UsageError(str(exc)) from None
         if result is not None and result.outcome == "failed":
             raise UsageError(f"the turn failed: {result.error}")
+        if result is not None and result.outcome == "stopped":
+            print(result.error)  # a limit did its job: a note, not an error
         return None
 
     soba.__doc__ = SOBA_HELP

@@ -209,8 +209,9 @@ def assistant_message(text: str = "", tool_calls: Iterable[ToolCall] = (), *, us
                       estimated_input: int | None = None) -> Entry:
     """An assistant reply. ``context_key`` identifies the model input it answered (the capsule
     in force and its first kept entry), so the budget knows whether ``usage`` still describes a
-    prefix of the next request. ``estimated_input`` is SOBA's calibrated estimate of that
-    request's size, kept beside the provider's count so the estimator can be checked."""
+    prefix of the next request. ``estimated_input`` is what SOBA's budget check held that
+    request's size to be (provider usage plus a calibrated estimate of what was appended since,
+    or the calibrated estimate alone), kept beside the provider's count so it can be checked."""
     calls = [c.to_json() for c in tool_calls] or None
     return _message(role="assistant", content=text, toolCalls=calls,
                     usage=usage.to_json() if usage else None, model=model, provider=provider,

@@ -1,0 +1,250 @@
+"""The real-model tier: the agent and its compaction against a real OpenAI-compatible server.
+
+llama-cpp-python's server with SmolLM2-135M-Instruct (``tests/realmodel_support.py``). A 135M
+model is a protocol test, not a coding assistant: these tests assert what must hold whatever the
+model says — tool calls reach it and come back as tool results, usage is the provider's and the
+estimate learns it, an overflow gets exactly one recovery compaction and a smaller retry, a
+constrained summary is a valid capsule, a timeout aborts the real request, a cancel leaves a
+consistent transcript, and no single failed request bricks the session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client import KernelManager
+from realmodel_support import REPO, LocalServer, project_config, running_server
+
+from soba_notebook.agent.session import open_agent
+from soba_notebook.cancel import CancelToken
+from soba_notebook.flight import read_flight_records
+from soba_notebook.session import SessionStore, list_sessions
+from soba_notebook.session.context import pair_problems
+
+pytestmark = [pytest.mark.realmodel, pytest.mark.kernel]
+
+CALC = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
+LOREM = ("The parser reads tokens from the lexer and builds a tree of nodes; each node keeps its source span. "
+         "Errors carry the line and column of the offending token so the user can find them. ")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    with running_server(log) as running:
+        yield running
+
+
+def _project(tmp_path: Path, config: dict[str, Any]) -> Path:
+    project = tmp_path / "project"
+    (project / ".soba").mkdir(parents=True)
+    (project / ".soba" / "config.json").write_text(json.dumps(config))
+    (project / "calc.py").write_text(CALC)
+    return project
+
+
+class Kernel:
+    """A real IPython kernel in ``project`` with soba_notebook loaded."""
+
+    def __init__(self, project: Path, home: Path) -> None:
+        home.mkdir(exist_ok=True)
+        self.km = KernelManager(kernel_name="python3")
+        env = {**os.environ, "HOME": str(home), "NO_PROXY": "*",
+               "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        self.km.start_kernel(cwd=str(project), env=env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+        status, text = self.run("%load_ext soba_notebook")
+        assert status == "ok", text
+
+    def run(self, code: str, timeout: float = 600) -> tuple[str, str]:
+        """Execute ``code``; the reply status and everything the cell showed as text."""
+        msg_id = self.kc.execute(code)
+        return self.wait(msg_id, timeout)
+
+    def wait(self, msg_id: str, timeout: float = 600) -> tuple[str, str]:
+        texts: list[str] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                msg = self.kc.get_iopub_msg(timeout=1)
+            except queue.Empty:
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            content = msg["content"]
+            if msg["msg_type"] == "stream":
+                texts.append(content["text"])
+            elif msg["msg_type"] in ("display_data", "execute_result"):
+                texts.append(content.get("data", {}).get("text/plain", ""))
+            elif msg["msg_type"] == "error":
+                texts.append("\n".join(content.get("traceback", [])))
+            elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
+                reply = self.kc.get_shell_msg(timeout=10)
+                return reply["content"]["status"], "".join(texts)
+        raise TimeoutError(f"cell {msg_id} did not finish within {timeout} s")
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
+
+
+def _session(project: Path) -> SessionStore:
+    (info,) = list_sessions(project / ".soba" / "sessions")
+    return SessionStore.open(info.path)
+
+
+def _model_input(store: SessionStore) -> list[Any]:
+    return [e for e in store.path() if e.is_model_input]
+
+
+TOOL_NAMES = {"read_file", "write_file", "edit_file", "list_files", "glob", "grep", "shell", "python", "recall",
+              "checkpoint", "activate_skill", "deactivate_skill", "variables"}
+
+
+def test_real_model_turns_in_a_kernel_call_tools_report_usage_calibrate_and_summarize_into_a_valid_capsule(
+        server: LocalServer, tmp_path: Path) -> None:
+    project = _project(tmp_path, project_config(server))
+    kernel = Kernel(project, tmp_path / "home")
+    try:
+        for prompt in ("Read the file calc.py", "List the files in the workspace",
+                       "Read calc.py again and tell me what add does", "Run python calc.py with the shell tool"):
+            status, text = kernel.run(f"%soba {prompt}")
+            assert status == "ok", text
+            assert "Traceback" not in text, text
+        status, compact_text = kernel.run("%compact")
+        assert status == "ok", compact_text
+        status, status_text = kernel.run("%soba status")
+    finally:
+        kernel.close()
+    store = _session(project)
+    entries = store.path()
+    assistant = [e for e in entries if e.role == "assistant"]
+    calls = [c for e in assistant for c in e.tool_calls]
+    # 1. tools reached the model: it called real tools, and every call came back as a tool result
+    assert calls, "the model never called a tool"
+    assert {c.name for c in calls} <= TOOL_NAMES
+    results = {e.tool_call_id for e in entries if e.role == "tool"}
+    assert {c.id for c in calls} <= results
+    assert pair_problems(_model_input(store)) == []
+    # 3. usage: every reply after the first carries the server's own prompt count
+    with_usage = [e for e in assistant if e.usage is not None and e.usage.prompt_tokens > 0]
+    assert len(with_usage) >= len(assistant) - 1, "replies after the first report the server's usage"
+    flights = [r for r in read_flight_records(project / ".soba" / "flight.jsonl") if r.get("kind") == "budget"]
+    assert flights[-1]["source"] == "provider_usage"
+    # 4. the estimate, once calibrated, is within 5% of the server's prompt counts
+    paired = [(e.message["estimatedInput"], e.usage.prompt_tokens) for e in with_usage  # type: ignore[union-attr]
+              if e.message.get("estimatedInput")]
+    later = paired[3:]
+    assert later, paired
+    errors = [abs(est - real) / real for est, real in later]
+    assert max(errors) <= 0.05, list(zip(later, errors, strict=True))
+    # 7. the model's summary, asked for with the capsule schema, is a valid capsule (quality ok)
+    capsules = [e for e in entries if e.type == "capsule"]
+    user_capsules = [c for c in capsules if c.data["trigger"] == "user"]
+    assert user_capsules, compact_text
+    assert user_capsules[-1].data["quality"] == "ok", compact_text
+    assert user_capsules[-1].data["checkpointId"] in status_text, status_text
+
+
+def test_a_prompt_over_the_servers_context_gets_exactly_one_recovery_compaction_and_a_smaller_retry(
+        server: LocalServer, tmp_path: Path) -> None:
+    # The user's config claims a larger window than the server has (llama-cpp-python does not
+    # publish its context), and the server answers an oversized stream with an empty 200 reply.
+    config = project_config(server, auto=False, keepRecentTokens=300, minTokensForAutoCompact=20_000)
+    config["model"].update({"contextWindow": 32_000, "stream": "always"})  # type: ignore[union-attr]
+    project = _project(tmp_path, config)
+    kernel = Kernel(project, tmp_path / "home")
+    try:
+        # each turn fits the server alone (about 1,100 tokens of system and tools + 1,600), two do not
+        long_note = LOREM * 45
+        status, first = kernel.run(f"%soba Remember these notes and answer OK. {long_note}")
+        assert status == "ok", first
+        status, second = kernel.run(f"%soba More notes; answer OK. {long_note}")
+        assert status == "ok", second
+        status, third = kernel.run("%soba Say hello")
+        assert status == "ok", third
+    finally:
+        kernel.close()
+    store = _session(project)
+    capsules = [e for e in store.entries() if e.type == "capsule"]
+    assert [c.data["trigger"] for c in capsules] == ["context_overflow"], (second, third)
+    log = server.log_text()
+    assert "maximum context length" in log or "exceed context window" in log, "the server really overflowed"
+    # the retry after the recovery was smaller than what the server refused, and it was answered
+    after = [e for e in store.path()[store.path().index(capsules[0]):] if e.role == "assistant"]
+    assert after and after[0].usage is not None and after[0].usage.prompt_tokens < server.context
+    # no request was bricked: the turn after the overflow was answered too
+    assert store.path()[-1].role in ("assistant", "tool")
+    assert pair_problems(_model_input(store)) == []
+
+
+def test_timeout_ms_aborts_a_real_summary_request_and_a_degraded_capsule_is_built(server: LocalServer,
+                                                                                 tmp_path: Path) -> None:
+    config = project_config(server, timeoutMs=150, keepRecentTokens=200)
+    config["model"]["stream"] = "always"  # type: ignore[index]  # the server logs a streamed request's abort
+    project = _project(tmp_path, config)
+    agent = open_agent(project).agent
+
+    async def scenario() -> Any:
+        try:
+            await agent.run_turn("Read the file calc.py")
+            await agent.run_turn("Now list the files")
+            return await agent.compact()
+        finally:
+            await agent.provider.aclose()
+
+    log_before = len(server.log_text())
+    outcome = asyncio.run(scenario())
+    assert outcome.outcome == "completed" and outcome.quality == "degraded", outcome
+    assert "exceeded timeoutMs" in (outcome.reason or ""), outcome.reason
+    deadline = time.monotonic() + 30
+    while "disconnected" not in server.log_text()[log_before:].lower() and time.monotonic() < deadline:
+        time.sleep(0.2)  # the server notices the abort at its next token
+    assert "disconnected" in server.log_text()[log_before:].lower(), "the server saw the summary request aborted"
+
+
+def test_cancel_while_the_real_model_answers_leaves_a_consistent_transcript_and_the_session_goes_on(
+        server: LocalServer, tmp_path: Path) -> None:
+    config = project_config(server)
+    config["model"].update({"maxOutputTokens": 400, "stream": "always"})  # type: ignore[union-attr]
+    project = _project(tmp_path, config)
+    agent = open_agent(project).agent
+    cancel = CancelToken()
+    posts = server.log_text().count("POST /v1/chat/completions")
+
+    def stop_while_the_model_answers() -> None:
+        deadline = time.monotonic() + 120
+        while server.log_text().count("POST /v1/chat/completions") == posts and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # the request is in flight: the model is generating
+        cancel.cancel("stop button")
+
+    stopper = threading.Thread(target=stop_while_the_model_answers)
+
+    async def scenario() -> tuple[Any, Any]:
+        try:
+            result = await agent.run_turn("Write a long story about a parser, without using tools", cancel)
+            stopper.join()
+            consistent = pair_problems(_model_input(agent.store))
+            again = await agent.run_turn("Read the file calc.py")
+            return (result, consistent), again
+        finally:
+            await agent.provider.aclose()
+
+    stopper.start()
+    (result, consistent), again = asyncio.run(scenario())
+    assert result.outcome == "cancelled", result
+    assert consistent == []
+    assert again.outcome in ("completed", "stopped") and again.inferences >= 1, again
+    assert pair_problems(_model_input(agent.store)) == []
