@@ -268,9 +268,12 @@ class OpenAIWire:
                              "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop")}]}
         if usage is not False:
             body["usage"] = self._usage(usage, request, text)
-        delays = {k: v for k, v in stream.items() if k == "headers_delay"}
+        # a plain reply arrives only when the whole answer is generated: the pacing a stream would
+        # have spread over its frames comes before the status line
+        pieces = len(_text_pieces(text, 5)) + len(tool_calls) + 1
+        wait = float(stream.get("headers_delay", 0.0)) + float(stream.get("delay", 0.0)) * pieces
         return Reply(headers=(("content-type", "application/json"),), frames=(_compact(body).encode(),),
-                     stream=False, **delays)
+                     stream=False, headers_delay=wait)
 
     @staticmethod
     def _usage(usage: Mapping[str, Any] | bool | None, request: Mapping[str, Any],
