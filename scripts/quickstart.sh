@@ -53,7 +53,8 @@ if [ "$LOCAL_MODEL" = yes ]; then
     sleep 0.5
   done
   export SOBA_PROVIDER=llamacpp SOBA_MODEL=smollm2-135m SOBA_BASE_URL="http://127.0.0.1:$PORT/v1" \
-    SOBA_CONTEXT_WINDOW=$CONTEXT SOBA_MAX_OUTPUT_TOKENS=128 SOBA_MAX_STEPS_PER_TURN=6
+    SOBA_CONTEXT_WINDOW=$CONTEXT SOBA_MAX_OUTPUT_TOKENS=128 SOBA_MAX_STEPS_PER_TURN=6 SOBA_KEEP_RECENT_TOKENS=800 \
+    SOBA_COMPACTION_TIMEOUT_MS=120000  # one CPU thread reads a few thousand prompt tokens in ~20 s
   echo "quickstart: SmolLM2-135M is a protocol test, not a useful coding assistant: expect odd answers"
 fi
 

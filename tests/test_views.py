@@ -267,7 +267,7 @@ def test_budget_history_walks_the_session_without_flight(native: Native, tmp_pat
 def test_plot_budget_draws_limits_and_compactions(native: Native) -> None:
     ax = views.plot_budget(native.path)
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert "effective tokens" in labels
+    assert "tokens sent" in labels
     assert any(label.startswith("hard limit (48,808)") for label in labels)
     assert any(label.startswith("soft limit (39,046)") for label in labels)
     assert any(label.startswith("compaction: auto_threshold") for label in labels)
@@ -280,6 +280,20 @@ def test_plot_budget_draws_limits_and_compactions(native: Native) -> None:
     plt.close(fig)
     with pytest.raises(ValueError, match="missing columns: effective_tokens"):
         views.plot_budget(pd.DataFrame({"hard_limit": [1], "soft_limit": [1]}))
+
+
+def test_plot_budget_line_is_what_was_sent_and_history_over_the_limit_is_labelled_never_sent() -> None:
+    frame = pd.DataFrame({"inference": [1, 2, 3], "effective_tokens": [9000, 15709, 5000],
+                          "tokens_after": [9000, 4553, 5000], "hard_limit": [14000] * 3, "soft_limit": [11000] * 3,
+                          "compaction_trigger": [None, "hard_limit", None],
+                          "compaction_outcome": [None, "completed", None]})
+    ax = views.plot_budget(frame)
+    sent = next(line for line in ax.get_lines() if line.get_label() == "tokens sent")
+    assert list(sent.get_ydata()) == [9000, 4553, 5000]
+    assert max(sent.get_ydata()) <= 14000, "the line a reader follows never crosses the hard limit"
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "compaction: hard_limit (1), history before it (never sent)" in labels
+    plt.close("all")
 
 
 # -- imported transcripts ---------------------------------------------------------------------------

@@ -239,9 +239,21 @@ def _limit(ax: Any, x: list[float], values: list[float], label: str, color: str)
         ax.step(x, values, where="post", color=color, linestyle="--", linewidth=1.2, label=label)
 
 
+def _completed_compactions(frame: pd.DataFrame) -> set[int]:
+    """Row positions where a compaction completed before that inference."""
+    if "compaction_trigger" not in frame.columns:
+        return set()
+    outcomes = frame["compaction_outcome"].tolist() if "compaction_outcome" in frame.columns else \
+        ["completed"] * len(frame)
+    triggers = frame["compaction_trigger"].tolist()
+    return {i for i, (t, o) in enumerate(zip(triggers, outcomes, strict=True))
+            if isinstance(t, str) and o == "completed"}
+
+
 def plot_budget(data: pd.DataFrame | SessionLike, ax: Any = None, *, title: str | None = None) -> Any:
-    """Draw effective tokens per inference, the hard and soft limits as horizontal lines, and
-    each compaction as a marker (by trigger) with a line down to the tokens left after it.
+    """Draw the tokens each request sent, the hard and soft limits as horizontal lines, and each
+    compaction as a hollow marker (by trigger) at the history it replaced, never sent, with a dotted
+    line down to what was sent instead.
 
     ``data`` is a :func:`budget_history` frame (or any frame with ``effective_tokens``,
     ``hard_limit`` and ``soft_limit``; ``inference``, ``tokens_after``, ``compaction_trigger`` and
@@ -259,7 +271,11 @@ def plot_budget(data: pd.DataFrame | SessionLike, ax: Any = None, *, title: str 
     x = _floats(frame["inference"]) if "inference" in frame.columns else [float(i) for i in range(len(frame))]
     effective = _floats(frame["effective_tokens"])
     after = _floats(frame["tokens_after"]) if "tokens_after" in frame.columns else effective
-    ax.plot(x, effective, color="tab:blue", linewidth=1.3, label="effective tokens")
+    done_at = _completed_compactions(frame)
+    # What each request really held: after a completed compaction, the continuation, not the
+    # history it replaced (that history was never sent, however far over the limit it had grown).
+    sent = [after[i] if i in done_at else effective[i] for i in range(len(effective))]
+    ax.plot(x, sent, color="tab:blue", linewidth=1.3, label="tokens sent")
     _limit(ax, x, _floats(frame["hard_limit"]), "hard limit", "tab:red")
     _limit(ax, x, _floats(frame["soft_limit"]), "soft limit", "tab:orange")
     if "compaction_trigger" in frame.columns:
@@ -272,14 +288,18 @@ def plot_budget(data: pd.DataFrame | SessionLike, ax: Any = None, *, title: str 
             other = [i for i in idx if outcomes.iloc[i] != "completed"]
             if done:
                 ax.vlines([x[i] for i in done], [after[i] for i in done], [effective[i] for i in done],
-                          colors="tab:green", linewidth=1.0, alpha=0.7)
+                          colors="tab:green", linewidth=1.0, alpha=0.7, linestyles="dotted")
                 ax.scatter([x[i] for i in done], [effective[i] for i in done], marker=_MARKERS.get(trig, "o"),
-                           color="tab:green", zorder=3, label=f"compaction: {trig} ({len(done)})")
+                           facecolors="none", edgecolors="tab:green", zorder=3,
+                           label=f"compaction: {trig} ({len(done)}), history before it (never sent)")
             if other:
                 ax.scatter([x[i] for i in other], [effective[i] for i in other], marker="x", s=14, alpha=0.6,
                            color="tab:gray", zorder=3, label=f"{trig}, not completed ({len(other)})")
     if not len(frame):
         ax.text(0.5, 0.5, "no inferences", transform=ax.transAxes, ha="center", va="center")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # inferences are counted, not measured
     ax.set_xlabel("inference")
     ax.set_ylabel("tokens")
     ax.set_ylim(bottom=0)
