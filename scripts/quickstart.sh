@@ -67,6 +67,8 @@ case "$MODE" in
     for nb in quickstart analysis; do
       [ -f "build/lab/$nb.ipynb" ] || cp "notebooks/$nb.ipynb" "build/lab/$nb.ipynb"
     done
-    .venv/bin/python -m jupyterlab --ServerApp.root_dir="$PWD/build/lab" build/lab/quickstart.ipynb
+    LAB_ARGS=()
+    [ "$(id -u)" -eq 0 ] && LAB_ARGS+=(--allow-root)  # containers and CI machines often run as root
+    .venv/bin/python -m jupyterlab "${LAB_ARGS[@]}" --ServerApp.root_dir="$PWD/build/lab" build/lab/quickstart.ipynb
     ;;
 esac
