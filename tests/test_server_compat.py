@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from agent_support import is_summary_request, make_agent
 from fakeserver import FakeServer, Reply, _json_reply, fake_server_fixture  # noqa: F401
+from IPython.core.interactiveshell import InteractiveShell
+from test_magics import _use_fake_server, shell  # noqa: F401
 
 from soba_notebook.compaction.summarize import capsule_schema, summary_output_budget
 from soba_notebook.errors import ContextOverflowError
@@ -306,3 +308,23 @@ def test_adapting_a_request_changes_only_the_refused_parameter() -> None:
     assert quirks.stream_options is False
     assert adapt_request(429, "tool_choice", {"tool_choice": "auto"}, quirks) is None
     assert adapt_request(400, "something else entirely", body, quirks) is None
+
+
+# -- what the user is told ---------------------------------------------------------------------------
+
+def test_what_the_provider_learned_about_its_server_is_said_once_in_the_cell_and_in_status(
+        shell: InteractiveShell, tmp_path: Path, fake_server: FakeServer,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SOBA_TEST_KEY", "k" * 12)
+    _use_fake_server(tmp_path, fake_server)
+    fake_server.openai.enqueue(text="one", usage=False)
+    fake_server.openai.enqueue(text="two", usage={"prompt_tokens": 900, "completion_tokens": 2})
+    shell.run_line_magic("soba", "first")
+    first = capsys.readouterr().out
+    shell.run_line_magic("soba", "second")
+    second = capsys.readouterr().out
+    shell.run_line_magic("soba", "status")
+    status = capsys.readouterr().out
+    assert "Model server: the server at" in first and "streams no token usage" in first
+    assert "streams no token usage" not in second, "said once"
+    assert "streams no token usage" in status

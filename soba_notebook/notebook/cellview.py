@@ -137,7 +137,7 @@ _STATUS_LABELS = (
     ("session", "session"), ("file", "transcript"), ("provider", "provider"), ("offline", "offline model"),
     ("busy", "busy"), ("queued", "turns queued"), ("entries", "entries"), ("effective", "context"),
     ("auto_compact", "auto-compaction"), ("pending_intents", "pending intents"), ("active_skills", "active skills"),
-    ("last_compaction", "last compaction"), ("last_turn", "last turn"),
+    ("last_compaction", "last compaction"), ("last_turn", "last turn"), ("provider_notes", "model server"),
 )
 
 

@@ -121,6 +121,7 @@ class NotebookSession:
         self.last_result: TurnResult | None = None
         self.notices: list[str] = []
         self._deferred_said: dict[str, Any] = {}
+        self._provider_notes_shown = 0
         self.cell_history = CellHistory()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -268,7 +269,19 @@ class NotebookSession:
         result = queued.future.result()
         self.last_result = result
         self.end_cell(renderer.compactions)
+        self._show_provider_notes()
         return result
+
+    def _show_provider_notes(self) -> None:
+        """What the provider learned about its server that the user should act on (a context
+        smaller than ``model.contextWindow``, no usage in streams), each said once."""
+        if self.handle is None:
+            return
+        notes = list(getattr(self.handle.agent.provider, "warnings", ()))
+        fresh = notes[self._provider_notes_shown:]
+        self._provider_notes_shown = len(notes)
+        for text in fresh:
+            cellview.show(cellview.note(text, title="Model server"), self.frontend)
 
     def end_cell(self, compactions: list[dict[str, Any]], *, what: str = "turn") -> None:
         """Deliver the widget's final state before the cell ends (so a saved notebook holds it) and
@@ -350,6 +363,7 @@ class NotebookSession:
             "active_skills": list(handle.agent.skills.active()),
             "last_compaction": last.to_event() if last else None,
             "last_turn": self.last_result.outcome if self.last_result else None,
+            "provider_notes": list(getattr(handle.agent.provider, "warnings", ())),
         }
 
     def apply_config_edits(self) -> ConfigEdit | None:
