@@ -2,8 +2,9 @@
 
 A Context Capsule lives inside a session's JSONL. A *Portable* Capsule (seed section 9) is the
 same state as a file a person can read, edit and hand over. This module owns that file format,
-and only the format: :func:`export_text` / :func:`load_text` convert, :func:`export` /
-:func:`load` add the disk (atomic writes, redaction, clear errors). ``load(export(pc)) == pc``
+and only the format: :func:`export_text` / :func:`load_text` convert (the parse itself is
+:mod:`.portable_reader`), :func:`export` / :func:`load` add the disk (atomic writes, redaction,
+clear errors). ``load(export(pc)) == pc``
 exactly, for every capsule.
 
 In short: a ``---`` header (``soba-capsule: 1``, ``id``, ``title``, ``created``, the source
