@@ -2,6 +2,8 @@
 
 User mistakes raise :class:`~IPython.core.error.UsageError` (one line, no traceback); prompts are
 not variable-expanded (``@no_var_expand``), so braces and ``$`` in a prompt reach the agent as typed.
+Every magic's arguments are declared here or in the subcommand tables (:mod:`.soba_commands`,
+:mod:`.capsule_commands`) and read by one parser (:mod:`.magic_args`), which also writes the help.
 Everything is delegated to :class:`~.controller.NotebookSession`.
 """
 
