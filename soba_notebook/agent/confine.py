@@ -157,86 +157,120 @@ def locate(root: Path, path: str, *, protected: frozenset[tuple[int, int]] = fro
     """
     base = Path(root).resolve()
     text = os.fspath(path)
-    pending = _relative_parts(base, text)
-    fds = [os.open(base, _DIR_FLAGS)]
-    names: list[str] = []
-    links = 0
-    spill = False  # reading a spill file: the one way into .soba, and never through a link
+    walk = _Walk(base, text, _relative_parts(base, text), protected, [os.open(base, _DIR_FLAGS)])
     try:
-        while pending:
-            part = pending.pop(0)
+        while walk.pending:
+            part = walk.pending.pop(0)
             if part == "..":
-                if not names:
-                    lexical = Path(os.path.normpath(base / text))
-                    how = " (through a symbolic link)" if lexical == base or lexical.is_relative_to(base) else ""
-                    raise WorkspaceError(f"refused: {text} is outside the workspace {base}{how}")
-                os.close(fds.pop())
-                names.pop()
+                walk.up()
                 continue
             if part.lower() == STATE_DIR_NAME:
-                rest = (*names, part, *pending)
+                rest = (*walk.names, part, *walk.pending)
                 if not (allow_spill_read and is_spill_name(tuple(rest))):
                     raise _soba_refusal(text)
-                spill = True
+                walk.spill = True  # reading a spill file: the one way into .soba, and never through a link
             try:
-                st = os.stat(part, dir_fd=fds[-1], follow_symlinks=False)
+                st = os.stat(part, dir_fd=walk.fds[-1], follow_symlinks=False)
             except FileNotFoundError:
-                missing = [part, *pending]
-                if ".." in missing:
-                    raise WorkspaceError(f"refused: {text} goes through {'/'.join((*names, part))}, "
-                                         f"which does not exist") from None
-                if any(m.lower() == STATE_DIR_NAME for m in missing):
-                    raise _soba_refusal(text) from None
-                located = Located(fds.pop(), missing[-1], (*names, *missing), None, tuple(missing[:-1]))
-                return located
+                return walk.absent(part)
             if stat.S_ISLNK(st.st_mode):
-                if spill:
-                    raise _soba_refusal(text)
-                links += 1
-                if links > MAX_LINKS:
-                    raise WorkspaceError(f"refused: {text} cannot be resolved inside the workspace {base} "
-                                         f"(a loop of symbolic links)")
-                target = os.readlink(part, dir_fd=fds[-1])
-                if os.path.isabs(target):
-                    target_path = Path(os.path.normpath(target))
-                    if not (target_path == base or target_path.is_relative_to(base)):
-                        raise WorkspaceError(f"refused: {text} is outside the workspace {base} "
-                                             f"(it resolves to {target_path} through a symbolic link)")
-                    while len(fds) > 1:
-                        os.close(fds.pop())
-                    names.clear()
-                    pending[:0] = list(target_path.relative_to(base).parts)
-                else:
-                    pending[:0] = _split(target)
-                continue
-            if stat.S_ISDIR(st.st_mode) and pending:
-                fd = os.open(part, _DIR_FLAGS, dir_fd=fds[-1])
-                got = os.fstat(fd)
-                fds.append(fd)
-                names.append(part)
-                if (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
-                    raise WorkspaceError(f"refused: {text} changed while it was being opened; try again")
-                if (got.st_dev, got.st_ino) in protected and not spill:
-                    raise _soba_refusal(text)
-                continue
-            if pending:
-                shown = "/".join((*names, part))
-                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), shown)
-            if stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) in protected:
-                raise _soba_refusal(text)
-            return Located(fds.pop(), part, (*names, part), st)
-        if len(fds) == 1:
-            root_st = os.fstat(fds[0])
-            return Located(os.dup(fds[0]), ".", (), root_st)
-        # the path named a directory: hand back its parent and its name
-        os.close(fds.pop())
-        name = names[-1]
-        st = os.stat(name, dir_fd=fds[-1], follow_symlinks=False)
-        return Located(fds.pop(), name, tuple(names), st)
+                walk.follow_link(part)
+            elif stat.S_ISDIR(st.st_mode) and walk.pending:
+                walk.enter(part, st)
+            else:
+                return walk.last(part, st)
+        return walk.whole_path_walked()
     finally:
-        for fd in fds:
+        for fd in walk.fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+@dataclass(slots=True)
+class _Walk:
+    """One :func:`locate` walk: the directories held open (the root first), the names entered
+    below the root, the components still to walk, and how many links were followed."""
+
+    base: Path
+    text: str
+    pending: list[str]
+    protected: frozenset[tuple[int, int]]
+    fds: list[int]
+    names: list[str] = field(default_factory=list)
+    links: int = 0
+    spill: bool = False
+
+    def up(self) -> None:
+        """``..``: back to the directory entered before, never above the root."""
+        if not self.names:
+            lexical = Path(os.path.normpath(self.base / self.text))
+            how = " (through a symbolic link)" if lexical == self.base or lexical.is_relative_to(self.base) else ""
+            raise WorkspaceError(f"refused: {self.text} is outside the workspace {self.base}{how}")
+        os.close(self.fds.pop())
+        self.names.pop()
+
+    def absent(self, part: str) -> Located:
+        """``part`` does not exist: the entry to create, below directories that may not exist yet."""
+        missing = [part, *self.pending]
+        if ".." in missing:
+            raise WorkspaceError(f"refused: {self.text} goes through {'/'.join((*self.names, part))}, "
+                                 f"which does not exist") from None
+        if any(m.lower() == STATE_DIR_NAME for m in missing):
+            raise _soba_refusal(self.text) from None
+        return Located(self.fds.pop(), missing[-1], (*self.names, *missing), None, tuple(missing[:-1]))
+
+    def follow_link(self, part: str) -> None:
+        """Put a link's target in front of what is left to walk; an absolute one must lie inside
+        the root and restarts the walk there."""
+        if self.spill:
+            raise _soba_refusal(self.text)
+        self.links += 1
+        if self.links > MAX_LINKS:
+            raise WorkspaceError(f"refused: {self.text} cannot be resolved inside the workspace {self.base} "
+                                 f"(a loop of symbolic links)")
+        target = os.readlink(part, dir_fd=self.fds[-1])
+        if os.path.isabs(target):
+            target_path = Path(os.path.normpath(target))
+            if not (target_path == self.base or target_path.is_relative_to(self.base)):
+                raise WorkspaceError(f"refused: {self.text} is outside the workspace {self.base} "
+                                     f"(it resolves to {target_path} through a symbolic link)")
+            while len(self.fds) > 1:
+                os.close(self.fds.pop())
+            self.names.clear()
+            self.pending[:0] = list(target_path.relative_to(self.base).parts)
+        else:
+            self.pending[:0] = _split(target)
+
+    def enter(self, part: str, st: os.stat_result) -> None:
+        """Open the directory ``part`` and check it is the one just looked at, and not protected."""
+        fd = os.open(part, _DIR_FLAGS, dir_fd=self.fds[-1])
+        got = os.fstat(fd)
+        self.fds.append(fd)
+        self.names.append(part)
+        if (got.st_dev, got.st_ino) != (st.st_dev, st.st_ino):
+            raise WorkspaceError(f"refused: {self.text} changed while it was being opened; try again")
+        if (got.st_dev, got.st_ino) in self.protected and not self.spill:
+            raise _soba_refusal(self.text)
+
+    def last(self, part: str, st: os.stat_result) -> Located:
+        """``part`` is not a link, and not a directory to walk on through: the end of the path."""
+        if self.pending:
+            shown = "/".join((*self.names, part))
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), shown)
+        if stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) in self.protected:
+            raise _soba_refusal(self.text)
+        return Located(self.fds.pop(), part, (*self.names, part), st)
+
+    def whole_path_walked(self) -> Located:
+        """Nothing left to walk (the path named the root or a directory, ending in ``/`` or ``..``)."""
+        if len(self.fds) == 1:
+            root_st = os.fstat(self.fds[0])
+            return Located(os.dup(self.fds[0]), ".", (), root_st)
+        # the path named a directory: hand back its parent and its name
+        os.close(self.fds.pop())
+        name = self.names[-1]
+        st = os.stat(name, dir_fd=self.fds[-1], follow_symlinks=False)
+        return Located(self.fds.pop(), name, tuple(self.names), st)
 
 
 def open_located(loc: Located, flags: int) -> int:

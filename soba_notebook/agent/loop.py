@@ -79,6 +79,25 @@ class TurnResult:
     entry_ids: tuple[str, ...] = field(default=())
 
 
+@dataclass(slots=True)
+class _TurnRun:
+    """What one turn has done so far: the entries it wrote, the model's texts, how it ends, and
+    (after an overflow) the ``(budget, rejected)`` tokens the retried request is held to."""
+
+    turn: TurnState = field(default_factory=TurnState)
+    written: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    repeats: Counter[str] = field(default_factory=Counter)
+    outcome: str = "completed"
+    error: str | None = None
+    retry_limit: tuple[int, int] | None = None
+
+    def end(self, outcome: str, error: str | None = None) -> bool:
+        """End the turn with ``outcome``; ``False`` so a step can ``return run.end(...)``."""
+        self.outcome, self.error = outcome, error
+        return False
+
+
 class Agent:
     """An agent bound to one session store, one provider, one workspace."""
 
@@ -161,100 +180,102 @@ class Agent:
         self.tool_context.cancel = cancel
         self.refresh_secrets()
         self.bus.emit("turn_start", session_id=self.store.id, prompt=prompt[:200], provider=self.provider.label)
-        written: list[str] = []
-        turn = TurnState()
-        texts: list[str] = []
-        outcome, error = "completed", None
-        retry_limit: tuple[int, int] | None = None  # after an overflow: (budget, rejected) for the retry
+        run = _TurnRun()
         try:
-            note = self.turn_note() if self.turn_note is not None else None
-            if note:
-                written.append(self._append(user_message(note, source="cell_history")).id or "")
-            written.append(self._append(user_message(prompt)).id or "")
-            repeats: Counter[str] = Counter()
-            while True:
-                if cancel.cancelled:
-                    outcome = "cancelled"
-                    break
-                if turn.inferences >= self.config.agent.max_steps_per_turn:
-                    outcome, error = "stopped", (
-                        f"turn stopped after {turn.inferences:,} model steps (agent.maxStepsPerTurn is "
-                        f"{self.config.agent.max_steps_per_turn:,}); the transcript is complete, ask again to go on")
-                    break
-                self._refresh_base_tokens()
-                try:
-                    await self.engine.preflight(turn, cancel)
-                except TurnCancelled:
-                    outcome = "cancelled"
-                    break
-                if cancel.cancelled:
-                    outcome = "cancelled"
-                    break
-                request = self._request()
-                if retry_limit is not None:
-                    error = retry_refusal(self._request_tokens(request), *retry_limit)
-                    retry_limit = None
-                    if error:
-                        outcome = "failed"
-                        break
-                try:
-                    response = await self._infer(request, cancel)
-                except ContextOverflowError as exc:
-                    if turn.overflow_recovered:
-                        outcome, error = "failed", (f"the provider still reports a context overflow after one "
-                                                    f"recovery compaction ({exc}); the request was not resent")
-                        break
-                    turn.overflow_recovered = True
-                    rejected = self._request_tokens(request)
-                    retry_limit = (retry_budget(rejected, *overflow_figures(exc)), rejected)
-                    recovery = await self.engine.compact(Trigger.CONTEXT_OVERFLOW, cancel=cancel)
-                    if recovery.outcome != "completed":
-                        outcome = "cancelled" if recovery.outcome == "cancelled" else "failed"
-                        error = None if outcome == "cancelled" else (
-                            f"context overflow recovery compaction {recovery.outcome}: {recovery.reason}; "
-                            f"the oversized request was not resent")
-                        break
-                    continue
-                if response is None:  # cancelled mid-stream
-                    outcome = "cancelled"
-                    break
-                turn.inferences += 1
-                written.append(self._record_response(request, response).id or "")
-                if response.text:
-                    texts.append(response.text)
-                if not response.tool_calls:
-                    break
-                ran = await self._run_tools(response, cancel, written, repeats)
-                if ran == "cancelled":
-                    outcome = "cancelled"
-                    break
-                if ran == "repeated":
-                    outcome, error = "stopped", (
-                        f"turn stopped: the model asked for the same tool call with the same arguments more than "
-                        f"{self.config.agent.max_repeated_tool_calls:,} times (agent.maxRepeatedToolCalls); "
-                        "the repeated call was not run")
-                    break
-        except CompactionFailed as exc:
-            outcome, error = "failed", str(exc)
-        except ProviderError as exc:
-            outcome, error = "failed", str(exc)
+            await self._turn_steps(run, prompt, cancel)
+        except (CompactionFailed, ProviderError) as exc:
+            run.end("failed", str(exc))
         except asyncio.CancelledError:
-            outcome = "cancelled"
-            self._close_dangling(written)
-            self.bus.emit("turn_end", session_id=self.store.id, outcome=outcome, error=None)
+            run.outcome = "cancelled"
+            self._close_dangling(run.written)
+            self.bus.emit("turn_end", session_id=self.store.id, outcome=run.outcome, error=None)
             raise
         except SobaError as exc:
-            outcome, error = "failed", str(exc)
+            run.end("failed", str(exc))
+        return self._finish_turn(run)
+
+    async def _turn_steps(self, run: _TurnRun, prompt: str, cancel: CancelToken) -> None:
+        """Append the turn's note and prompt, then infer and run tools until a step ends the turn."""
+        note = self.turn_note() if self.turn_note is not None else None
+        if note:
+            run.written.append(self._append(user_message(note, source="cell_history")).id or "")
+        run.written.append(self._append(user_message(prompt)).id or "")
+        while await self._step(run, cancel):
+            pass
+
+    async def _step(self, run: _TurnRun, cancel: CancelToken) -> bool:
+        """One inference (after its preflight) and its tool calls; ``False`` when the turn ends."""
+        if cancel.cancelled:
+            return run.end("cancelled")
+        turn, max_steps = run.turn, self.config.agent.max_steps_per_turn
+        if turn.inferences >= max_steps:
+            return run.end("stopped", f"turn stopped after {turn.inferences:,} model steps (agent.maxStepsPerTurn "
+                                      f"is {max_steps:,}); the transcript is complete, ask again to go on")
+        self._refresh_base_tokens()
         try:
-            self._close_dangling(written)
+            await self.engine.preflight(turn, cancel)
+        except TurnCancelled:
+            return run.end("cancelled")
+        if cancel.cancelled:
+            return run.end("cancelled")
+        request = self._request()
+        if run.retry_limit is not None:
+            refusal = retry_refusal(self._request_tokens(request), *run.retry_limit)
+            run.retry_limit = None
+            if refusal:
+                return run.end("failed", refusal)
+        try:
+            response = await self._infer(request, cancel)
+        except ContextOverflowError as exc:
+            return await self._recover_overflow(run, request, exc, cancel)
+        if response is None:  # cancelled mid-stream
+            return run.end("cancelled")
+        turn.inferences += 1
+        run.written.append(self._record_response(request, response).id or "")
+        if response.text:
+            run.texts.append(response.text)
+        if not response.tool_calls:
+            return False
+        ran = await self._run_tools(response, cancel, run.written, run.repeats)
+        if ran == "cancelled":
+            return run.end("cancelled")
+        if ran == "repeated":
+            return run.end("stopped", (
+                f"turn stopped: the model asked for the same tool call with the same arguments more than "
+                f"{self.config.agent.max_repeated_tool_calls:,} times (agent.maxRepeatedToolCalls); "
+                "the repeated call was not run"))
+        return True
+
+    async def _recover_overflow(self, run: _TurnRun, request: ModelRequest, exc: ContextOverflowError,
+                                cancel: CancelToken) -> bool:
+        """The provider refused the request as too long: one recovery compaction per turn, after
+        which the next request may be sent only if it is smaller than the rejected one."""
+        if run.turn.overflow_recovered:
+            return run.end("failed", f"the provider still reports a context overflow after one recovery "
+                                     f"compaction ({exc}); the request was not resent")
+        run.turn.overflow_recovered = True
+        rejected = self._request_tokens(request)
+        run.retry_limit = (retry_budget(rejected, *overflow_figures(exc)), rejected)
+        recovery = await self.engine.compact(Trigger.CONTEXT_OVERFLOW, cancel=cancel)
+        if recovery.outcome == "cancelled":
+            return run.end("cancelled")
+        if recovery.outcome != "completed":
+            return run.end("failed", f"context overflow recovery compaction {recovery.outcome}: {recovery.reason}; "
+                                     f"the oversized request was not resent")
+        return True
+
+    def _finish_turn(self, run: _TurnRun) -> TurnResult:
+        """Close dangling tool calls, note a completed turn for compaction, report the turn's end."""
+        try:
+            self._close_dangling(run.written)
         except SessionError as exc:  # the disk that failed the turn fails this too: report it once
-            outcome, error = "failed", error or str(exc)
-        if outcome == "completed" and self.config.compaction.compact_on_turn_complete:
+            run.outcome, run.error = "failed", run.error or str(exc)
+        if run.outcome == "completed" and self.config.compaction.compact_on_turn_complete:
             self.engine.record_turn_complete()
-        if error and outcome == "failed":  # a stopped turn is a limit doing its job, not an error
-            self.bus.emit("error", source="agent", message=error)
-        self.bus.emit("turn_end", session_id=self.store.id, outcome=outcome, error=error)
-        return TurnResult(outcome, "\n\n".join(texts), error, turn.inferences, tuple(written))
+        if run.error and run.outcome == "failed":  # a stopped turn is a limit doing its job, not an error
+            self.bus.emit("error", source="agent", message=run.error)
+        self.bus.emit("turn_end", session_id=self.store.id, outcome=run.outcome, error=run.error)
+        return TurnResult(run.outcome, "\n\n".join(run.texts), run.error, run.turn.inferences, tuple(run.written))
 
     async def compact(self, instructions: str | None = None, cancel: CancelToken | None = None) -> CompactionOutcome:
         """``%compact``: an explicit compaction, bypassing the soft ROI threshold."""

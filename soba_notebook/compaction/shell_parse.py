@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .shell_syntax import Segment, split_commands
 from .verification import MAX_CHECK_CHARS as MAX_CHECK_CHARS  # re-exported: public here before the split
 from .verification import (
     _basename,
@@ -99,98 +100,6 @@ def normalize_path(path: str, cwd: str = "") -> str | None:
     if path in (".", "..", "/", "~") or path.startswith(("/dev/", "/proc/")) or path == "/dev":
         return None
     return path
-
-
-# -- tokenizing --------------------------------------------------------------------------------
-
-_OPERATOR_CHARS = frozenset(";&|<>()\n")
-_HEREDOC = re.compile(r"<<-?[ \t]*(?:'([^'\n]+)'|\"([^\"\n]+)\"|\\?([A-Za-z_][\w.-]*))")
-_FALLBACK_TOKEN = re.compile(r"&&|\|\||>>|&>>?|>&|<<<|<<-?|[;|&<>()\n]|(?:[^\s;|&<>()\"']|\"[^\"]*\"?|'[^']*'?)+")
-
-
-def _strip_heredocs(command: str) -> str:
-    """Drop heredoc bodies (their text is data, not commands); keep the ``<<`` and delimiter."""
-    if "<<" not in command:
-        return command
-    lines = command.split("\n")
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        out.append(line)
-        i += 1
-        delimiters = [m.group(1) or m.group(2) or m.group(3) for m in _HEREDOC.finditer(line)
-                      if not line[m.start():].startswith("<<<") and line[m.start() - 1: m.start()] != "<"]
-        for delimiter in delimiters:
-            end = next((j for j in range(i, len(lines)) if lines[j].strip() == delimiter), None)
-            if end is None:  # not a heredoc after all (``<<`` inside a string): keep the text
-                break
-            i = end + 1
-    return "\n".join(out)
-
-
-def _tokens(command: str) -> list[str]:
-    lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|<>()\n")
-    lexer.whitespace = " \t\r"
-    lexer.whitespace_split = True
-    lexer.commenters = ""
-    try:
-        return list(lexer)
-    except ValueError:  # unbalanced quotes or a trailing escape: split without quoting rules
-        return [_unquote(t) for t in _FALLBACK_TOKEN.findall(command)]
-
-
-def _unquote(token: str) -> str:
-    if token and all(c in _OPERATOR_CHARS for c in token):
-        return token
-    return token.replace('"', "").replace("'", "")
-
-
-def _is_operator(token: str) -> bool:
-    return bool(token) and all(c in _OPERATOR_CHARS for c in token)
-
-
-@dataclass(slots=True)
-class _Segment:
-    """One simple command: its words, its redirections, and the operator that ends it."""
-
-    words: list[str]
-    redirects: list[tuple[str, str]]
-    end: str  # "&&", "||", ";", "|", "&", "(", ")" or "" at the end of the line
-
-
-def _segments(tokens: Sequence[str]) -> list[_Segment]:
-    segments: list[_Segment] = []
-    words: list[str] = []
-    redirects: list[tuple[str, str]] = []
-    i = 0
-    n = len(tokens)
-    while i < n:
-        token = tokens[i]
-        if not _is_operator(token):
-            words.append(token)
-            i += 1
-            continue
-        if ">" in token or "<" in token:
-            target = tokens[i + 1] if i + 1 < n and not _is_operator(tokens[i + 1]) else ""
-            if words and words[-1].isdigit() and ">" in token:
-                words.pop()  # ``2>file``: the fd number is not an argument
-            redirects.append((token, target))
-            i += 2 if target else 1
-            continue
-        segments.append(_Segment(words, redirects, _separator(token)))
-        words, redirects = [], []
-        i += 1
-    if words or redirects:
-        segments.append(_Segment(words, redirects, ""))
-    return segments
-
-
-def _separator(token: str) -> str:
-    for op in ("&&", "||", "(", ")", "|", ";", "&"):
-        if op in token:
-            return op
-    return ";"  # newline(s)
 
 
 # -- command knowledge -------------------------------------------------------------------------
@@ -501,11 +410,11 @@ def _file_effects(words: Sequence[str], cwd: str, fx: _Effects) -> None:
 
 
 
-def _iter_segments(command: str) -> Iterator[_Segment]:
+def _iter_segments(command: str) -> Iterator[Segment]:
     if not isinstance(command, str):
         return iter(())
     command = command[:MAX_COMMAND_CHARS].replace("\\\r\n", " ").replace("\\\n", " ")
-    return iter(_segments(_tokens(_strip_heredocs(command))))
+    return iter(split_commands(command))
 
 
 def classify_shell_command(command: str) -> ShellEffects:

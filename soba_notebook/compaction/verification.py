@@ -104,23 +104,7 @@ def _verification_kind(words: Sequence[str], depth: int = 0) -> str | None:
     name = _basename(words[0])
     args = list(words[1:])
     if _PYTHON.match(name):
-        if "-m" in args:
-            j = args.index("-m")
-            module = args[j + 1] if j + 1 < len(args) else ""
-            if module in _PY_MODULES:
-                kind = _PY_MODULES[module]
-                if kind is None:
-                    return "lint" if any(a.startswith("--check") for a in args) else None
-                return kind
-            return None
-        if "-c" in args:
-            return None
-        pos = [a for a in args if not a.startswith("-")]
-        script = _basename(pos[0]) if pos else ""
-        sub = pos[1] if len(pos) > 1 else ""
-        if script == "runtests.py" or (script in ("setup.py", "manage.py") and sub == "test"):
-            return "test"
-        return "build" if script == "setup.py" and sub in ("build", "bdist_wheel", "sdist") else None
+        return _python_kind(args)
     if name in _RUNNERS:
         rest = [a for a in args if not a.startswith("-")]
         return _verification_kind(rest, depth + 1)
@@ -142,22 +126,53 @@ def _verification_kind(words: Sequence[str], depth: int = 0) -> str | None:
     if name in _CHECK_FLAG_TOOLS:
         return "lint" if any(a.startswith(("--check", "-c")) for a in args) else None
     if name in _PACKAGE_MANAGERS:
-        pos = _positionals(args, frozenset({"--prefix", "-w", "--workspace", "--filter", "-C", "--cwd"}))
-        if not pos:
-            return None
-        sub = pos[0]
-        if sub in ("test", "t", "tst"):
-            return "test"
-        if sub in ("run", "run-script"):
-            script = pos[1] if len(pos) > 1 else ""
-        elif name != "npm":
-            script = sub  # ``yarn build``, ``pnpm lint``
-        else:
-            return None
-        for pattern, kind in _SCRIPT_KINDS:
-            if pattern.match(script):
-                return kind
+        return _package_script_kind(name, args)
+    return _build_tool_kind(name, args)
+
+
+def _python_kind(args: Sequence[str]) -> str | None:
+    """``python -m pytest``, ``python -m black --check``, ``python setup.py test`` …"""
+    if "-m" in args:
+        j = args.index("-m")
+        module = args[j + 1] if j + 1 < len(args) else ""
+        if module in _PY_MODULES:
+            kind = _PY_MODULES[module]
+            if kind is None:
+                return "lint" if any(a.startswith("--check") for a in args) else None
+            return kind
         return None
+    if "-c" in args:
+        return None
+    pos = [a for a in args if not a.startswith("-")]
+    script = _basename(pos[0]) if pos else ""
+    sub = pos[1] if len(pos) > 1 else ""
+    if script == "runtests.py" or (script in ("setup.py", "manage.py") and sub == "test"):
+        return "test"
+    return "build" if script == "setup.py" and sub in ("build", "bdist_wheel", "sdist") else None
+
+
+def _package_script_kind(name: str, args: Sequence[str]) -> str | None:
+    """``npm test``, ``npm run lint``, ``yarn build``, ``pnpm lint`` …: the script's kind."""
+    pos = _positionals(args, frozenset({"--prefix", "-w", "--workspace", "--filter", "-C", "--cwd"}))
+    if not pos:
+        return None
+    sub = pos[0]
+    if sub in ("test", "t", "tst"):
+        return "test"
+    if sub in ("run", "run-script"):
+        script = pos[1] if len(pos) > 1 else ""
+    elif name != "npm":
+        script = sub  # ``yarn build``, ``pnpm lint``
+    else:
+        return None
+    for pattern, kind in _SCRIPT_KINDS:
+        if pattern.match(script):
+            return kind
+    return None
+
+
+def _build_tool_kind(name: str, args: Sequence[str]) -> str | None:
+    """cargo, go, make, Maven, Gradle, dotnet, CMake, Ninja, Bazel and Deno: what the subcommand or target checks."""
     if name == "cargo":
         sub = next((a for a in args if not a.startswith(("-", "+"))), "")
         return {"test": "test", "nextest": "test", "build": "build", "check": "typecheck", "clippy": "lint",

@@ -25,7 +25,6 @@ import contextlib
 import fcntl
 import gc
 import json
-import json.scanner
 import os
 import stat
 import threading
@@ -39,19 +38,14 @@ from typing import Any
 
 from ..errors import SessionError, SessionLockedError, SessionWarning, StaleLeafError
 from .entries import Entry, new_id, now_iso
+from .jsonl import FORMAT_VERSION, parse_header, parse_lines, quarantine
 
 __all__ = ["FORMAT_VERSION", "BatchEntryError", "SessionInfo", "SessionStore", "list_sessions"]
 
-_SCANNER = json.scanner.make_scanner(json.JSONDecoder())
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-_BAD = object()
 
 #: How much of a session file :meth:`SessionStore.open` reads and parses at a time.
 OPEN_CHUNK_BYTES = 8 << 20
-
-#: Version of the on-disk format written in every header. Readers accept older and newer files
-#: (newer ones read-only, with unknown entry types kept and ignored).
-FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,34 +131,13 @@ class SessionStore:
             first = fh.readline(size)
             if not first.endswith(b"\n"):
                 raise SessionError(f"{file}:1: missing session header (file is empty or has no complete line)")
-            header = cls._parse_header(file, first[:-1])
+            header = parse_header(file, first[:-1])
             store = cls(file, header, fsync=fsync, lock_timeout=lock_timeout, clock=clock)
             store._offset = len(first)
             store._line_no = 1
             # Appends only ever add after ``size``: an unterminated last line before it is torn.
             store._consume_stream(fh, size - len(first))
         return store
-
-    @staticmethod
-    def _parse_header(file: Path, line: bytes) -> dict[str, Any]:
-        try:
-            header = json.loads(line)
-        except (ValueError, RecursionError):
-            header = None
-        if not isinstance(header, dict) or header.get("type") != "session":
-            raise SessionError(f"{file}:1: missing session header: the first line must be a "
-                               f'{{"type": "session", "version": ...}} object')
-        version = header.get("version")
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise SessionError(f"{file}:1: session header has an invalid format version {version!r} "
-                               f"(expected an integer from 1 to {FORMAT_VERSION})")
-        if version > FORMAT_VERSION:
-            warnings.warn(f"{file}:1: session format version {version} is newer than this soba_notebook "
-                          f"understands ({FORMAT_VERSION}); opening read-only, unknown entries are kept "
-                          f"and ignored", SessionWarning, stacklevel=4)
-        if not isinstance(header.get("id"), str):
-            header["id"] = file.stem
-        return header
 
     # -- reading -----------------------------------------------------------------------------
     def _consume(self, raw: bytes, base: int, *, tail_is_torn: bool) -> list[Entry]:
@@ -186,7 +159,7 @@ class SessionStore:
         if paused:
             gc.disable()
         try:
-            for line_no, obj in self._parse_lines(region, first_line):
+            for line_no, obj in parse_lines(self.file, region, first_line, self._problem):
                 if obj.__class__ is not dict or obj.get("type").__class__ is not str:
                     self._problem(f"{self.file}:{line_no}: not an entry object with a 'type'; line skipped")
                     continue
@@ -200,7 +173,7 @@ class SessionStore:
         tail = len(raw) - end
         if tail and tail_is_torn:
             self._line_no += 1
-            kept = self._quarantine(raw[end:], base + end)
+            kept = quarantine(self.file, raw[end:], base + end)
             self._problem(f"{self.file}:{self._line_no}: torn last line ({tail:,} bytes: a writer was killed "
                           f"mid-write or a write failed, e.g. on a full disk); skipped for reading and left in "
                           f"place{kept}, the next entry starts on a fresh line")
@@ -242,66 +215,6 @@ class SessionStore:
         finally:
             if paused:
                 gc.enable()
-
-    def _quarantine(self, tail: bytes, offset: int) -> str:
-        """Copy a torn tail beside the session (``<id>.jsonl.torn-<offset>``) so the user can see it."""
-        copy = self.file.with_name(f"{self.file.name}.torn-{offset}")
-        try:
-            fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        except FileExistsError:
-            return f"; a copy of its bytes is in {copy}"
-        except OSError:
-            return ""
-        try:
-            os.write(fd, tail)
-        except OSError:
-            return ""
-        finally:
-            os.close(fd)
-        return f"; a copy of its bytes is in {copy}"
-
-    def _parse_lines(self, region: bytes, first_line: int) -> Iterator[tuple[int, Any]]:
-        """(line number, parsed value) for every non-blank line; bad lines are reported and skipped.
-
-        The fast path decodes the batch once and runs the C scanner line by line over one string,
-        which avoids ``json.loads``' per-call overhead (about a third of the cost of opening a
-        large session); any line it cannot take is re-parsed on its own to report the error.
-        """
-        try:
-            text = region.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        if text is not None:
-            scan = _SCANNER
-            pos, line_no, size = 0, first_line, len(text)
-            while pos < size:
-                nl = text.find("\n", pos)
-                if nl < 0:
-                    nl = size
-                if nl > pos:
-                    try:
-                        obj, end = scan(text, pos)
-                    except (StopIteration, ValueError, RecursionError):
-                        obj, end = _BAD, pos
-                    if obj is _BAD or (end != nl and text[end:nl].strip()):
-                        yield from self._parse_slow([text[pos:nl].encode()], line_no)
-                    else:
-                        yield line_no, obj
-                pos, line_no = nl + 1, line_no + 1
-            return
-        yield from self._parse_slow(region.split(b"\n")[:-1], first_line)
-
-    def _parse_slow(self, chunks: list[bytes], first_line: int) -> Iterator[tuple[int, Any]]:
-        for i, chunk in enumerate(chunks):
-            if not chunk.strip():
-                continue
-            try:
-                yield first_line + i, json.loads(chunk)
-            except ValueError as exc:
-                self._problem(f"{self.file}:{first_line + i}: not valid JSON ({exc}); line skipped, file unchanged")
-            except RecursionError:
-                self._problem(f"{self.file}:{first_line + i}: JSON nested too deeply to be an entry; line skipped, "
-                              f"file unchanged")
 
     def _problem(self, message: str) -> None:
         self.problems.append(message)

@@ -1,0 +1,121 @@
+"""The ``%soba`` subcommands (``status``, ``sessions``, ``resume``, ``rewind``, ``stop``,
+``checkpoint``, ``skill``, ``config``): one table of declarations and one small function each.
+
+The table (:data:`COMMANDS`) is what ``%soba`` dispatches through and what its help lists
+(:mod:`.magic_args`); each function is thin glue over :class:`~.controller.NotebookSession`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from IPython.core.error import UsageError
+
+from ..errors import ToolError
+from .controller import NotebookSession
+from .magic_args import Command, Handler, Parsed, Table
+
+__all__ = ["COMMANDS", "SKILL"]
+
+
+def _status(s: NotebookSession, args: Parsed) -> None:
+    from .cellview import status_lines
+
+    print("\n".join(status_lines(s.status())))
+
+
+def _sessions(s: NotebookSession, args: Parsed) -> None:
+    from ..session.store import list_sessions
+
+    handle = s.ensure()
+    for info in list_sessions(handle.paths.sessions):
+        mark = "*" if info.id == handle.store.id else " "
+        print(f"{mark} {info.id}  created {info.created}  {info.size_bytes:,} bytes")
+
+
+def _resume(s: NotebookSession, args: Parsed) -> None:
+    handle = s.ensure(session=args.words[0])
+    print(f"resumed session {handle.store.id} ({len(handle.store)} entries)")
+
+
+def _rewind(s: NotebookSession, args: Parsed) -> None:
+    (entry_id,) = args.words
+    handle = s.ensure()
+    if s.runtime is not None and s.runtime.busy:
+        raise UsageError("a turn is running; %soba stop it before rewinding")
+    handle.store.rewind(entry_id)
+    handle.agent.engine.tracker.invalidate()
+    check = handle.agent.engine.measure()
+    print(f"leaf moved to {entry_id}; the next request holds {check.effective:,} tokens "
+          f"(the transcript keeps every entry)")
+
+
+def _stop(s: NotebookSession, args: Parsed) -> None:
+    s.ensure()
+    assert s.runtime is not None
+    dropped = s.runtime.cancel_all()
+    print("cancelling the running turn" + (f"; dropped {dropped} queued turn(s)" if dropped else ""))
+
+
+def _checkpoint(s: NotebookSession, args: Parsed) -> None:
+    from ..session.entries import checkpoint
+
+    kind, note = args.words[0], " ".join(args.words[1:])
+    handle = s.ensure()
+    handle.store.append(checkpoint(kind, note))
+    recorded = handle.agent.engine.record_intent(kind, note)
+    print(f"{kind} recorded" + ("; compaction intent pending for the next preflight" if recorded
+                                else "; no compaction intent (disabled by config)"))
+
+
+def _config(s: NotebookSession, args: Parsed) -> None:
+    print(json.dumps(s.config().to_json(), indent=2))
+
+
+def _skill_list(s: NotebookSession, args: Parsed) -> None:
+    skills = s.ensure().agent.skills
+    for skill in skills.available():
+        mark = "*" if skill.name in skills.active() else " "
+        print(f"{mark} {skill.name}: {skill.description}")
+
+
+def _skill_switch(activate: bool) -> Handler:
+    def run(s: NotebookSession, args: Parsed) -> None:
+        from ..session.entries import config_change
+
+        handle = s.ensure()
+        skills = handle.agent.skills
+        try:
+            active = skills.activate(args.words[0]) if activate else skills.deactivate(args.words[0])
+        except ToolError as exc:
+            raise UsageError(str(exc)) from None
+        handle.store.append(config_change({"activeSkills": list(active)}))
+        print(f"active skills: {', '.join(active) or '(none)'}")
+
+    return run
+
+
+_SKILL_USAGE = "usage: %soba skill activate|deactivate NAME  (or %soba skill list)"
+
+#: ``%soba skill list|activate NAME|deactivate NAME``; no word lists the skills.
+SKILL = Table("%soba skill", (
+    Command("list", words=(0, 0), run=_skill_list),
+    Command("activate", "NAME", words=(1, 1), run=_skill_switch(True)),
+    Command("deactivate", "NAME", words=(1, 1), run=_skill_switch(False)),
+), default="list", usage=_SKILL_USAGE)
+
+#: The ``%soba`` subcommands, in the order ``%soba?`` lists them.
+COMMANDS = Table("%soba", (
+    Command("status", summary="session, budget, queue, last compaction", run=_status),
+    Command("sessions", summary="sessions of this project", run=_sessions),
+    Command("resume", "SESSION_ID", "continue another session", words=(1, 1),
+            usage_note=" (see %soba sessions)", run=_resume),
+    Command("rewind", "ENTRY_ID", "move the leaf back (the transcript keeps everything)", words=(1, 1),
+            run=_rewind),
+    Command("stop", summary="cancel the running turn or %compact / %capsule create, drop queued ones", run=_stop),
+    Command("checkpoint", 'milestone|plan_pivot "note"', "record a milestone or a change of plan",
+            words=(1, None), choices=("milestone", "plan_pivot"), run=_checkpoint),
+    Command("skill", "activate|deactivate NAME", "(or: %soba skill list)", words=(0, 2),
+            usage_note="  (or %soba skill list)", run=lambda s, args: SKILL.dispatch(s, args.words)),
+    Command("config", summary="the effective configuration (no secrets)", run=_config),
+))
