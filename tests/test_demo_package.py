@@ -8,6 +8,7 @@ with a plain import whichever package is imported first.
 from __future__ import annotations
 
 import ast
+import asyncio
 import os
 import subprocess
 import sys
@@ -15,6 +16,11 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
+
+from soba_notebook.providers import AnthropicProvider, ModelRequest, OpenAIChatProvider
+from soba_notebook.providers.base import SummarySource
+from soba_notebook.session.entries import user_message
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "soba_notebook"
@@ -66,3 +72,27 @@ def test_the_factory_builds_the_demo_model_whichever_package_is_imported_first(f
                          check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "soba_notebook.demo.scripted"
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_real_providers_send_the_same_request_with_or_without_the_summary_source(fake_server: FakeServer,
+                                                                                  wire: str) -> None:
+    entries = (user_message("a private detail only the prompt may carry").with_ids("e1", None, "t"),)
+    plain = ModelRequest("m", "summarize", ({"role": "user", "content": "the prompt"},), purpose="summarize")
+    carrying = ModelRequest("m", "summarize", ({"role": "user", "content": "the prompt"},), purpose="summarize",
+                            summary_source=SummarySource(entries, {"goal": "g"}))
+
+    async def send(request: ModelRequest) -> None:
+        provider = (OpenAIChatProvider("m", base_url=fake_server.openai_base_url) if wire == "openai"
+                    else AnthropicProvider("m", base_url=fake_server.anthropic_base_url, api_key="sk-ant-test"))
+        try:
+            await provider.complete(request)
+        finally:
+            await provider.aclose()
+
+    for request in (plain, carrying):
+        getattr(fake_server, wire).enqueue(text="{}")
+        asyncio.run(send(request))
+    (_, _, first), (_, _, second) = fake_server.requests[-2:]
+    assert first == second
+    assert "private detail" not in repr(second)
