@@ -11,9 +11,9 @@ from pathlib import Path
 from agent_support import RecordingProvider
 
 from soba_notebook.agent import open_agent
+from soba_notebook.demo.scenario import DEMO_PROMPTS
+from soba_notebook.demo.scripted import ScriptedModel
 from soba_notebook.flight import read_flight_records
-from soba_notebook.providers.scenario import DEMO_PROMPTS
-from soba_notebook.providers.scripted import ScriptedModel
 from soba_notebook.session.context import build_context, pair_problems
 
 

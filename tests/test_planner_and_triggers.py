@@ -163,13 +163,16 @@ def test_history_larger_than_the_summarizer_window_is_summarized_in_chunks_and_r
     import asyncio
     import json
 
-    from soba_notebook.compaction.summarize import ModelSummarizer, SummaryRequest
+    from soba_notebook.compaction.summarize import ModelSummarizer, SummaryCall, SummaryRequest, serialize_entries
     from soba_notebook.tokens import TokenCounter
 
     prompts: list[str] = []
+    calls: list[SummaryCall] = []
 
-    async def complete(system: str, prompt: str, max_tokens: int) -> str:
+    async def complete(call: SummaryCall) -> str:
+        prompt = call.prompt
         prompts.append(prompt)
+        calls.append(call)
         n = len(prompts)
         return json.dumps({"goal": "g" if n == 1 else "", "done": [f"chunk {n}"], "filesRead": [f"f{n}.py"]})
 
@@ -183,6 +186,10 @@ def test_history_larger_than_the_summarizer_window_is_summarized_in_chunks_and_r
     assert set(capsule.files_read) == {f"f{n}.py" for n in range(1, len(prompts) + 1)}
     assert "Previous capsule state" in prompts[1], "each chunk rolls the state of the ones before"
     assert seen == sorted(seen) and seen[-1] == 1.0
+    # each call carries the chunk its prompt serialized, and the state that prompt rolls forward
+    assert [e for call in calls for e in call.entries] == entries
+    assert all(serialize_entries(call.entries) in call.prompt for call in calls)
+    assert calls[0].previous is None and calls[1].previous is not None and calls[1].previous.goal == "g"
 
 
 def test_long_tool_results_are_clipped_in_the_summarizer_input() -> None:

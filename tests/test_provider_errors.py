@@ -4,9 +4,7 @@ and the factory that builds providers from config."""
 from __future__ import annotations
 
 import asyncio
-import sys
 import traceback
-import types
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -516,14 +514,3 @@ def test_invalid_model_config_is_a_config_error(config: dict[str, Any], key: str
         make_provider(config)
     assert info.value.key == key
     assert SECRET not in str(info.value) and SECRET not in repr(info.value.value)
-
-
-def test_scripted_provider_is_imported_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
-    module = types.ModuleType("soba_notebook.providers.scripted")
-
-    class ScriptedModel:
-        name, label, offline = "scripted", "scripted", True
-
-    module.ScriptedModel = ScriptedModel  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "soba_notebook.providers.scripted", module)
-    assert isinstance(make_provider({"provider": "scripted"}), ScriptedModel)

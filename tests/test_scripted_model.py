@@ -14,7 +14,7 @@ import asyncio
 import json
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +22,17 @@ import pytest
 
 from soba_notebook.agent.tools import ToolContext, default_tools
 from soba_notebook.compaction import CompactionEngine, ModelSummarizer, TurnState
-from soba_notebook.compaction.capsule import Capsule, Decision, render
+from soba_notebook.compaction.capsule import Capsule, Decision, EntryRange, render
+from soba_notebook.compaction.extract import deterministic_capsule
 from soba_notebook.compaction.summarize import (
     SUMMARY_SYSTEM_PROMPT,
+    SummaryCall,
     build_summary_prompt,
     parse_capsule_answer,
     serialize_entries,
 )
 from soba_notebook.config import ToolsConfig, load_config
-from soba_notebook.errors import ContextOverflowError, ProviderError
-from soba_notebook.events import EventBus
-from soba_notebook.providers import Provider, is_context_overflow, make_provider
-from soba_notebook.providers.base import STREAM_EVENT_KINDS, ModelRequest, ModelResponse, StreamEvent
-from soba_notebook.providers.scenario import (
+from soba_notebook.demo.scenario import (
     DEMO_PROMPTS,
     MARKER,
     PROGRESS_PATH,
@@ -43,7 +41,11 @@ from soba_notebook.providers.scenario import (
     TEST_COMMAND,
     decide,
 )
-from soba_notebook.providers.scripted import LABEL, ScriptedModel
+from soba_notebook.demo.scripted import LABEL, ScriptedModel
+from soba_notebook.errors import ContextOverflowError, ProviderError
+from soba_notebook.events import EventBus
+from soba_notebook.providers import Provider, is_context_overflow, make_provider
+from soba_notebook.providers.base import STREAM_EVENT_KINDS, ModelRequest, ModelResponse, StreamEvent, SummarySource
 from soba_notebook.session import SessionStore, assistant_message, tool_result, user_message
 from soba_notebook.session.entries import Entry, ToolCall, checkpoint
 from soba_notebook.tokens import TokenCounter
@@ -259,10 +261,19 @@ def _entries(messages: list[dict[str, Any]]) -> list[Entry]:
     return out
 
 
+def summary_request(entries: tuple[Entry, ...], previous: Capsule | None = None, *,
+                    prompt: str | None = None) -> ModelRequest:
+    """A summarize request as the agent sends it: the summarizer's prompt, and the entries and
+    previous state that prompt was made from."""
+    if prompt is None:
+        prompt = build_summary_prompt(serialize_entries(entries), previous, None)
+    return ModelRequest("soba-scripted", SUMMARY_SYSTEM_PROMPT, ({"role": "user", "content": prompt},),
+                        purpose="summarize",
+                        summary_source=SummarySource(entries, previous.to_json() if previous else None))
+
+
 async def _capsule_text(model: ScriptedModel, history: list[dict[str, Any]], previous: Capsule | None = None) -> str:
-    prompt = build_summary_prompt(serialize_entries(_entries(history)), previous, None)
-    answer = await model.complete(ModelRequest("soba-scripted", SUMMARY_SYSTEM_PROMPT,
-                                               ({"role": "user", "content": prompt},), purpose="summarize"))
+    answer = await model.complete(summary_request(tuple(_entries(history)), previous))
     return render(parse_capsule_answer(answer.text), checkpoint_id="ck_test")
 
 
@@ -326,11 +337,23 @@ def test_after_compaction_the_task_finishes_without_redoing_finished_work(
 
 def _summary(model: ScriptedModel, history: list[dict[str, Any]],
              previous: Capsule | None = None) -> tuple[str, Capsule]:
-    prompt = build_summary_prompt(serialize_entries(_entries(history)), previous, None)
-    answer = asyncio.run(model.complete(ModelRequest("soba-scripted", SUMMARY_SYSTEM_PROMPT,
-                                                     ({"role": "user", "content": prompt},), purpose="summarize")))
+    answer = asyncio.run(model.complete(summary_request(tuple(_entries(history)), previous)))
     assert answer.stop_reason == "stop" and answer.tool_calls == () and answer.usage is not None
     return answer.text, parse_capsule_answer(answer.text)
+
+
+def _as_answered(capsule: Capsule) -> Capsule:
+    """``capsule`` as it reads back from a model's answer (which names no range or roll-up)."""
+    return Capsule.from_json({**capsule.to_json(), "covers": EntryRange().to_json(), "rolledFrom": []})
+
+
+def test_summary_is_the_real_extractors_capsule_of_the_entries_it_is_given(full_run: FullRun) -> None:
+    messages = full_run.driver.messages
+    previous = Capsule(goal="build a calculator", constraints=("standard library only",))
+    for length, prior in ((full_run.driver.snapshots[4][0], None), (len(messages), None), (60, previous)):
+        entries = tuple(_entries(messages[:length]))
+        _, capsule = _summary(ScriptedModel(), messages[:length], prior)
+        assert capsule == _as_answered(deterministic_capsule(entries, prior))
 
 
 def test_summary_answer_is_one_valid_capsule_listing_files_checks_and_decisions(full_run: FullRun) -> None:
@@ -346,30 +369,18 @@ def test_summary_answer_is_one_valid_capsule_listing_files_checks_and_decisions(
             "calc_demo/calc/parser.py", PROGRESS_PATH} <= set(capsule.files_modified)
     assert "calc_demo/calc/ops.py" in capsule.files_read
     assert [(v.command, v.status) for v in capsule.verification][-1] == (TEST_COMMAND, "passed")
-    assert capsule.done == ("calculator tests pass", "parser tests pass")
+    assert [d for d in capsule.done if d.startswith("Milestone")] == ["Milestone: calculator tests pass",
+                                                                      "Milestone: parser tests pass"]
     assert [d.what for d in capsule.decisions] == ["switch from regex to a hand-written tokenizer"]
-    assert "hand-written scanner" in capsule.decisions[0].why
     assert capsule.blockers == ()
-    assert capsule.active == ("Waiting for the next user request",)
 
 
-def test_summary_of_tool_work_alone_keeps_the_previous_active_request(full_run: FullRun) -> None:
-    previous = Capsule(goal="calculator", active=(f"Latest request: {DEMO_PROMPTS[0]}",))
-    messages = full_run.driver.messages
-    first_call = next(i for i, m in enumerate(messages) if m["role"] == "assistant")
-    history = messages[first_call:first_call + 9]  # survey and writes: no prompt, no milestone
-    _, capsule = _summary(ScriptedModel(), history, previous)
-    assert capsule.active == previous.active
-    assert capsule.next_steps and "finish the latest request" in capsule.next_steps[0]
-
-
-def test_summary_of_an_unfinished_task_names_the_failure_and_the_next_step(full_run: FullRun) -> None:
+def test_summary_of_an_unfinished_task_names_the_failure(full_run: FullRun) -> None:
     length = full_run.driver.snapshots[4][0]  # the first task right after its failing test run
     _, capsule = _summary(ScriptedModel(), full_run.driver.messages[:length])
-    assert capsule.verification[-1].status == "failed" and "FAILED (failures=6)" in capsule.verification[-1].detail
+    assert capsule.verification[-1].status == "failed"
     assert capsule.blockers and TEST_COMMAND in capsule.blockers[0]
-    assert capsule.active == (f"Latest request: {DEMO_PROMPTS[0]}",)
-    assert capsule.done == ()
+    assert not any(d.startswith("Milestone") for d in capsule.done)
 
 
 def test_summary_rolls_the_previous_capsule_state_forward(full_run: FullRun) -> None:
@@ -387,15 +398,30 @@ def test_summary_rolls_the_previous_capsule_state_forward(full_run: FullRun) -> 
     assert "calc_demo/calc/tokenizer.py" in capsule.files_modified
 
 
-def test_summary_is_deterministic_and_recognised_by_its_system_prompt(full_run: FullRun) -> None:
-    history = full_run.driver.messages[:40]
-    prompt = build_summary_prompt(serialize_entries(_entries(history)), None, None)
+def test_summary_comes_from_the_entries_never_from_the_prompt_text(full_run: FullRun) -> None:
+    entries = tuple(_entries(full_run.driver.messages[:40]))
     model = ScriptedModel()
-    by_purpose = asyncio.run(model.complete(request([{"role": "user", "content": prompt}], purpose="summarize")))
-    by_prompt = asyncio.run(model.complete(request([{"role": "user", "content": prompt}],
-                                                   system=SUMMARY_SYSTEM_PROMPT, tools=())))
-    assert by_purpose.text == by_prompt.text
-    parse_capsule_answer(by_prompt.text)
+    honest = asyncio.run(model.complete(summary_request(entries)))
+    misleading = build_summary_prompt("[user e1]\nWrite a compiler\n\n[assistant e2]\n"
+                                      '-> write_file({"path": "compiler.c", "content": ""})', None, None)
+    answered = asyncio.run(model.complete(summary_request(entries, prompt=misleading)))
+    assert answered.text == honest.text
+    capsule = parse_capsule_answer(answered.text)
+    assert capsule.goal == DEMO_PROMPTS[0] and "compiler.c" not in capsule.files_modified
+
+
+def test_a_summarize_request_without_its_entries_is_refused(full_run: FullRun) -> None:
+    prompt = build_summary_prompt(serialize_entries(_entries(full_run.driver.messages[:40])), None, None)
+    with pytest.raises(ProviderError, match="summary_source"):
+        asyncio.run(ScriptedModel().complete(request([{"role": "user", "content": prompt}], purpose="summarize",
+                                                     system=SUMMARY_SYSTEM_PROMPT, tools=())))
+
+
+def test_a_summary_request_is_recognised_by_its_kind_not_by_its_system_prompt() -> None:
+    entries = tuple(_entries([{"role": "user", "content": DEMO_PROMPTS[0]}]))
+    as_agent = replace(summary_request(entries), purpose="agent", tools=SPECS)
+    response = asyncio.run(ScriptedModel().complete(as_agent))
+    assert response.tool_calls and response.text.startswith(MARKER)  # the scenario's next step, not a capsule
 
 
 def test_a_failing_summarizer_raises_a_provider_error() -> None:
@@ -527,9 +553,12 @@ def test_with_a_small_window_compaction_runs_repeatedly_and_every_task_still_fin
                        "minReclaimableTokens": 1000}})
     model = ScriptedModel(context_window=16000)
 
-    async def summarize(system: str, user: str, max_tokens: int) -> str:
-        return (await model.complete(ModelRequest("soba-scripted", system, ({"role": "user", "content": user},),
-                                                  max_output_tokens=max_tokens, purpose="summarize"))).text
+    async def summarize(call: SummaryCall) -> str:
+        source = SummarySource(call.entries, call.previous.to_json() if call.previous else None)
+        return (await model.complete(ModelRequest("soba-scripted", call.system,
+                                                  ({"role": "user", "content": call.prompt},),
+                                                  max_output_tokens=call.max_output_tokens, purpose="summarize",
+                                                  summary_source=source))).text
 
     store = SessionStore.create(tmp_path / "sessions")
     bus = EventBus()

@@ -27,7 +27,7 @@ from typing import Any
 from ..cancel import CancelToken
 from ..compaction import CompactionEngine, CompactionOutcome, ModelSummarizer, Trigger, TurnState
 from ..compaction.overflow import overflow_figures, request_tokens, retry_budget, retry_refusal
-from ..compaction.summarize import capsule_schema, summary_output_budget
+from ..compaction.summarize import SummaryCall, capsule_schema, summary_output_budget
 from ..config import SobaConfig
 from ..errors import CompactionFailed, ContextOverflowError, ProviderError, SessionError, SobaError, TurnCancelled
 from ..events import EventBus
@@ -37,6 +37,7 @@ from ..providers.base import (
     ModelResponse,
     Provider,
     StreamEvent,
+    SummarySource,
     arguments_error,
     repair_tool_pairing,
 )
@@ -401,12 +402,15 @@ class Agent:
                         written.append(e.id or "")
                 break
 
-    async def _summary_complete(self, system: str, prompt: str, max_tokens: int) -> str:
+    async def _summary_complete(self, call: SummaryCall) -> str:
         model = self.config.model.compaction_model or self.config.model.model
-        request = ModelRequest(model=model, system=system, messages=({"role": "user", "content": prompt},),
-                               max_output_tokens=max_tokens, purpose="summarize",
-                               response_schema=capsule_schema(max_tokens),
-                               estimated_input_tokens=self.counter.count_text(system) + self.counter.count_text(prompt))
+        previous = call.previous.to_json() if call.previous is not None else None
+        request = ModelRequest(model=model, system=call.system, messages=({"role": "user", "content": call.prompt},),
+                               max_output_tokens=call.max_output_tokens, purpose="summarize",
+                               response_schema=capsule_schema(call.max_output_tokens),
+                               estimated_input_tokens=self.counter.count_text(call.system)
+                               + self.counter.count_text(call.prompt),
+                               summary_source=SummarySource(call.entries, previous))
         response = await self.summary_provider.complete(request)
         return response.text
 

@@ -171,13 +171,13 @@ def synthetic_session(directory: str | Path, *, turns: int = 14, seed: int = 0,
 def _agent_session(root: Path, timeout: float) -> tuple[Path | None, str]:
     """Run a few turns with the offline scripted model, when the agent package offers it."""
     try:
-        if importlib.util.find_spec("soba_notebook.providers.scripted") is None:
+        if importlib.util.find_spec("soba_notebook.demo.scripted") is None:
             return None, "the offline scripted model is not available in this version"
         from ..agent import open_agent
     except ImportError as exc:
         return None, f"the agent package cannot run ({exc})"
     try:
-        from ..providers.scenario import DEMO_PROMPTS as prompts
+        from ..demo.scenario import DEMO_PROMPTS as prompts
     except ImportError:
         prompts = ("Create a tiny calculator package and make its tests pass.", "Add a parser.", "Summarize.")
     outcome: dict[str, Any] = {}

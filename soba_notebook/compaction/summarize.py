@@ -5,9 +5,11 @@ and must answer with the capsule as one JSON object. The answer is parsed, valid
 (:func:`~soba_notebook.compaction.capsule.validate_capsule_json`) and returned; the barrier then
 merges the deterministic facts into it so no modified file or verification command is lost.
 
-It does not know providers: it is handed a ``complete`` coroutine (system text, user text, max
-output tokens -> answer text), which the agent layer binds to the configured model, or to a
-separate compaction model.
+It does not know providers: it is handed a ``complete`` coroutine (a :class:`SummaryCall` -> the
+answer text), which the agent layer binds to the configured model, or to a separate compaction
+model. The call carries the texts a language model reads (system prompt and user prompt) and
+what the prompt was made from (the chunk's entries and the previous state), so a model without
+language understanding, the offline demo model, can answer from the entries themselves.
 
 History larger than the summarizer's own window is summarized in chunks, each rolling the state
 from the previous chunk, so compaction never fails for being too big. Long tool results are
@@ -32,6 +34,7 @@ __all__ = [
     "CompleteFn",
     "ModelSummarizer",
     "Summarizer",
+    "SummaryCall",
     "SummaryRequest",
     "build_summary_prompt",
     "capsule_schema",
@@ -41,8 +44,6 @@ __all__ = [
     "summary_output_budget",
 ]
 
-#: (system, user, max_output_tokens) -> the model's text answer
-CompleteFn = Callable[[str, str, int], Awaitable[str]]
 ProgressFn = Callable[[float], None]
 
 TOOL_RESULT_CHARS = 2_000
@@ -110,6 +111,26 @@ class SummaryRequest:
     entries: tuple[Entry, ...]
     previous: Capsule | None
     instructions: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryCall:
+    """One request to the summarizing model.
+
+    ``system`` and ``prompt`` are the texts a language model reads; ``entries`` (the chunk
+    serialized into ``prompt``) and ``previous`` (the state ``prompt`` asks to roll forward) are
+    what those texts were made from, for a model that answers from data instead.
+    """
+
+    system: str
+    prompt: str
+    max_output_tokens: int
+    entries: tuple[Entry, ...]
+    previous: Capsule | None
+
+
+#: a :class:`SummaryCall` -> the model's text answer
+CompleteFn = Callable[[SummaryCall], Awaitable[str]]
 
 
 class Summarizer(Protocol):
@@ -220,7 +241,8 @@ class ModelSummarizer:
         state = previous
         for n, chunk in enumerate(chunks):
             prompt = build_summary_prompt(serialize_entries(chunk), state, request.instructions)
-            answer = await self.complete(SUMMARY_SYSTEM_PROMPT, prompt, self.max_output_tokens)
+            answer = await self.complete(SummaryCall(SUMMARY_SYSTEM_PROMPT, prompt, self.max_output_tokens,
+                                                     tuple(chunk), state))
             summary = parse_capsule_answer(answer)
             # the model saw the previous state; rolling keeps anything it forgot to carry over
             state = roll(state, summary)

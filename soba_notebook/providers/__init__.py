@@ -3,8 +3,8 @@
 ``base`` defines the values (:class:`ModelRequest`, :class:`StreamEvent`, :class:`ModelResponse`)
 and the :class:`Provider` protocol; ``openai`` and ``anthropic`` speak the two wires; ``retry``
 owns retries and error classification; ``sse`` parses event streams; ``factory`` builds a provider
-from the config's ``model`` block. The scripted offline model (``scripted``) is imported lazily by
-the factory, never from here.
+from the config's ``model`` block, the offline demo model (:mod:`soba_notebook.demo`, which
+implements the same interface beside these providers) included.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ Everything above ``providers/`` talks to a model only through these values: a
 :class:`ModelRequest` built from provider-neutral message dicts (the same shape as
 ``Entry.message`` in :mod:`soba_notebook.session.entries`), streamed :class:`StreamEvent` values
 while the answer arrives, and one :class:`ModelResponse` at the end. The wire formats (OpenAI chat
-completions, Anthropic messages) live in their own modules; the scripted offline model implements
-the same :class:`Provider` protocol.
+completions, Anthropic messages) live in their own modules; the offline demo model
+(:mod:`soba_notebook.demo`) implements the same :class:`Provider` protocol.
 
 This module also owns the wire-independent repair of a message list
 (:func:`repair_tool_pairing`), because both wires reject the same broken shapes: a tool result
@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from soba_notebook.session.entries import ToolCall, Usage
+from soba_notebook.session.entries import Entry, ToolCall, Usage
 
 __all__ = [
     "STREAM_EVENT_KINDS",
@@ -36,6 +36,7 @@ __all__ = [
     "ModelResponse",
     "Provider",
     "StreamEvent",
+    "SummarySource",
     "ToolSpec",
     "arguments_error",
     "message_text",
@@ -63,11 +64,28 @@ class ToolSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class SummarySource:
+    """What a ``purpose == "summarize"`` request summarizes, as data rather than prompt text.
+
+    ``entries`` are the transcript entries whose serialized text the prompt carries, and
+    ``previous`` is the JSON of the capsule state the prompt asks the model to roll forward
+    (``None`` for the first summary). A language model reads the prompt; the offline demo model
+    (:mod:`soba_notebook.demo`) has no language understanding, so it answers from these values
+    with the deterministic extractor instead of parsing the prompt back. Real providers ignore it.
+    """
+
+    entries: tuple[Entry, ...]
+    previous: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ModelRequest:
     """One inference. ``messages`` are provider-neutral dicts (module docstring).
 
     ``purpose`` is ``"agent"`` or ``"summarize"``: the explicit kind of request (the offline model
-    picks its reply by it; real providers ignore it).
+    picks its reply by it; real providers ignore it). A summarize request also carries
+    ``summary_source``, the entries and previous state its prompt was made from (see
+    :class:`SummarySource`; real providers ignore it too).
 
     ``response_schema`` asks for constrained output: a JSON schema the answer must match. Providers
     whose server supports it (OpenAI structured outputs, llama.cpp grammars, vLLM guided decoding)
@@ -87,6 +105,7 @@ class ModelRequest:
     purpose: str = "agent"
     response_schema: Mapping[str, Any] | None = None
     estimated_input_tokens: int | None = None
+    summary_source: SummarySource | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,8 @@ The ``model`` block names a wire and where to reach it; secrets never appear in 
 the key. Several provider names are aliases of the OpenAI-compatible wire with their usual local
 or hosted address, so ``{"provider": "ollama", "model": "qwen2.5-coder"}`` is a complete config.
 
+``provider: scripted`` is the offline demo model of :mod:`soba_notebook.demo`.
+
 Keys read here: ``provider``, ``model``, ``baseUrl``, ``apiKeyEnv``, ``contextWindow``, ``stream``. Other
 keys of the block (``maxOutputTokens``…) belong to the request and are ignored.
 """
@@ -17,6 +19,9 @@ from typing import Any
 
 import httpx
 
+# The module, not its class: the demo imports this package's interface (``base``), so whichever of
+# the two packages is imported first, ``demo.ScriptedModel`` is looked up only when a model is made.
+from soba_notebook.demo import scripted as demo
 from soba_notebook.errors import ConfigError
 
 from .anthropic import AnthropicProvider
@@ -74,9 +79,7 @@ def make_provider(model_config: Mapping[str, Any], *,
     raw_name = model_config.get("provider", "openai")
     name = str(raw_name).strip().lower().replace("-", "").replace("_", "").replace(".", "")
     if name == "scripted":
-        from .scripted import ScriptedModel  # written elsewhere; imported only when asked for
-
-        return ScriptedModel()
+        return demo.ScriptedModel()
     if name not in PROVIDER_NAMES:
         raise ConfigError(f"unknown model provider {raw_name!r}; use one of: {', '.join(PROVIDER_NAMES)}",
                           key="model.provider", value=raw_name)

@@ -1,6 +1,6 @@
 """The offline model's coding scenario: how it decides every next step.
 
-This module owns the *script* of :class:`~soba_notebook.providers.scripted.ScriptedModel`: a
+This module owns the *script* of :class:`~soba_notebook.demo.scripted.ScriptedModel`: a
 small but real coding session in the agent's workspace. Whatever the prompt, the model continues
 one demo project, a calculator package in ``calc_demo/``, one task per user prompt (the core, a
 parser, a command line, sessions with variables; then a review for every further prompt). What
@@ -40,8 +40,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..providers.base import message_text
 from ..session.entries import ToolCall
-from .base import message_text
 from .scenario_tasks import (
     DEMO_PROMPTS,
     PROGRESS_PATH,

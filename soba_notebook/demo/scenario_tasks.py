@@ -131,7 +131,7 @@ _FILES = "scenario_files"
 @cache
 def _demo_file(name: str) -> str:
     """The verbatim text of one stored demo file (read once from the package data)."""
-    package = __name__.rpartition(".")[0]  # soba_notebook.providers
+    package = __name__.rpartition(".")[0]  # soba_notebook.demo
     return resources.files(package).joinpath(_FILES).joinpath(name).read_text(encoding="utf-8")
 
 
