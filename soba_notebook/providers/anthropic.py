@@ -262,6 +262,8 @@ class AnthropicProvider(RemoteProvider):
                 if not isinstance(payload, Mapping):
                     continue
                 kind = payload.get("type") if event.event == "message" else event.event
+                if kind == "message_stop" and not state.blocks and not state.usage_seen and state.model is None:
+                    raise ProviderError(ctx.say("the stream held no readable event before message_stop"))
                 self._apply(str(kind), payload, state, ctx, emit)
                 if state.done:
                     break

@@ -154,6 +154,24 @@ class _StreamState:
     chunks: int = 0  # data events received, [DONE] excluded
 
 
+class _Head:
+    """Passes body bytes through, keeping the first ``limit`` for an error message."""
+
+    __slots__ = ("_source", "limit", "seen")
+
+    def __init__(self, source: AsyncIterator[bytes], limit: int = 200) -> None:
+        self._source, self.limit, self.seen = source, limit, bytearray()
+
+    def __aiter__(self) -> _Head:
+        return self
+
+    async def __anext__(self) -> bytes:
+        piece = await self._source.__anext__()
+        if len(self.seen) < self.limit:
+            self.seen.extend(piece[: self.limit - len(self.seen)])
+        return piece
+
+
 class _EmptyStream(Exception):
     """A 200 reply whose stream carried no data at all (not even ``[DONE]``)."""
 
@@ -316,10 +334,15 @@ class OpenAIChatProvider(RemoteProvider):
     async def _consume(self, chunks: AsyncIterator[bytes], state: _StreamState, ctx: ErrorContext,
                        on_event: Callable[[StreamEvent], None] | None) -> None:
         emit = on_event or (lambda _event: None)
-        async with aclosing(aiter_sse(chunks)) as events:
+        head = _Head(chunks)
+        async with aclosing(aiter_sse(head)) as events:
             async for event in events:
                 data = event.data.strip()
                 if data == "[DONE]":
+                    if state.chunks == 0:  # nothing readable came first: not an empty answer
+                        start = bytes(head.seen).decode("utf-8", "replace")
+                        raise ProviderError(ctx.say(f"the stream held no readable chunk before [DONE]: "
+                                                    f"{redact(start, ctx.secrets)!r}"))
                     state.done = True
                     break
                 if not data:
