@@ -59,10 +59,6 @@ class Exchange:
     on_event: Callable[[StreamEvent], None] | None
     deadline: Deadline | None
 
-    def emit(self, event: StreamEvent) -> None:
-        if self.on_event is not None:
-            self.on_event(event)
-
 
 class RemoteProvider:
     """A :class:`~soba_notebook.providers.base.Provider` reached over HTTP (module docstring)."""
