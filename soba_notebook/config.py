@@ -115,6 +115,11 @@ class ModelConfig:
     temperature: float | None = _num(None, 0, 2, whole=False)
     #: "auto" (stream; plain requests when the server streams no usage), "always" or "never"
     stream: str = field(default="auto", metadata={"choices": ("auto", "always", "never")})
+    #: the whole-request deadline: one inference, every retry and wait included, is abandoned after it
+    #: (a server that sends only keep-alives cannot hold a turn longer)
+    request_timeout_ms: int = _num(600_000, 100, 86_400_000, unit="of milliseconds")
+    #: no byte from the provider for this long (headers included) counts as a stalled request
+    idle_timeout_ms: int = _num(120_000, 100, 3_600_000, unit="of milliseconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,8 +325,8 @@ def _merge(config: SobaConfig, layer: Mapping[str, Any], source: str, *, project
 #: what the session was opened with. A change to one applies after ``%soba --new``; every other key
 #: applies at the next turn.
 RESTART_KEYS = frozenset({"model.provider", "model.model", "model.baseUrl", "model.apiKeyEnv",
-                          "model.compactionModel", "tools.workspace", "tools.allowBroadWorkspace",
-                          "memory.mirrorExplicitCompacts"})
+                          "model.compactionModel", "model.requestTimeoutMs", "model.idleTimeoutMs",
+                          "tools.workspace", "tools.allowBroadWorkspace", "memory.mirrorExplicitCompacts"})
 
 
 @dataclass(frozen=True, slots=True)

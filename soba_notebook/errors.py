@@ -82,13 +82,20 @@ class ContextOverflowError(ProviderError):
     ``requested_tokens`` and ``context_limit`` are what the provider stated, when its message
     says (``"maximum context length is 2048 tokens. However, you requested 2311 tokens"``);
     ``None`` otherwise. The overflow recovery uses them to check that its retry is smaller.
+
+    ``response`` is the reply itself when the provider answered but its usage shows it read more
+    than the window holds (a *silent* overflow: a
+    :class:`~soba_notebook.providers.base.ModelResponse`); ``None`` when the provider refused.
+    It is typed ``object`` because this module sits below ``providers/``.
     """
 
     def __init__(self, message: str, *, status: int | None = None, retryable: bool = False,
-                 requested_tokens: int | None = None, context_limit: int | None = None) -> None:
+                 requested_tokens: int | None = None, context_limit: int | None = None,
+                 response: object | None = None) -> None:
         super().__init__(message, status=status, retryable=retryable)
         self.requested_tokens = requested_tokens
         self.context_limit = context_limit
+        self.response = response
 
 
 class CompactionFailed(SobaError):

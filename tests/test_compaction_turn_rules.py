@@ -15,7 +15,7 @@ from fakeserver import OVERFLOW_BODIES, FakeServer, fake_server_fixture  # noqa:
 
 from soba_notebook.compaction import Capsule, TurnState
 from soba_notebook.compaction.overflow import overflow_figures, retry_budget, retry_refusal
-from soba_notebook.providers.retry import overflow_error
+from soba_notebook.providers.overflow import overflow_error
 
 SMALL_WINDOW = {"contextWindow": 20000, "maxOutputTokens": 2000}
 SMALL_COMPACTION = {"safetyReserveTokens": 1000, "keepRecentTokens": 4000, "minTokensForAutoCompact": 8000,

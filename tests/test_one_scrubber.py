@@ -12,7 +12,7 @@ from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 
 from soba_notebook.agent.tools import ToolContext, default_tools
 from soba_notebook.flight import FlightRecorder
-from soba_notebook.providers.retry import redact
+from soba_notebook.providers.failures import redact
 from soba_notebook.scrub import Scrubber
 
 LATE = "late-" + "7c1e9a4b2d8f6e3a5b0c"

@@ -304,8 +304,11 @@ class Agent:
         return request_tokens(self.counter, request.system, request.tools, request.messages)
 
     async def _infer(self, request: ModelRequest, cancel: CancelToken) -> ModelResponse | None:
+        streamed: list[str] = []
+
         def on_event(event: StreamEvent) -> None:
             if event.kind == "text":
+                streamed.append(event.data.get("text", ""))
                 self.bus.emit("message_delta", text=event.data.get("text", ""))
             elif event.kind == "retry":
                 self.bus.emit("error", source="provider", message=f"retrying: {dict(event.data)}", retry=True)
@@ -316,6 +319,7 @@ class Agent:
             await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             task.cancel()
+            self._record_partial(request, streamed, "cancelled")
             raise
         finally:
             waiter.cancel()
@@ -323,8 +327,21 @@ class Agent:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+            self._record_partial(request, streamed, "cancelled")
             return None
-        return task.result()
+        try:
+            return task.result()
+        except ContextOverflowError:
+            raise
+        except ProviderError:  # reset, stall, deadline: what streamed before is kept
+            self._record_partial(request, streamed, "error")
+            raise
+
+    def _record_partial(self, request: ModelRequest, streamed: list[str], reason: str) -> None:
+        """Record the text a cut-off reply streamed, marked partial (the module docstring's promise)."""
+        if "".join(streamed):
+            self._append(assistant_message("".join(streamed), model=request.model, provider=self.provider.name,
+                                           stop_reason=reason, partial=True))
 
     def _record_response(self, request: ModelRequest, response: ModelResponse) -> Entry:
         estimated, context_key = self._request_context

@@ -25,18 +25,12 @@ Wire decisions, documented because they are visible in requests:
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import random
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
-
-import httpx
 
 from soba_notebook.errors import AuthError, ProviderError
 from soba_notebook.session.entries import ToolCall, Usage
@@ -49,17 +43,9 @@ from .base import (
     repair_tool_pairing,
     tool_call_from_text,
 )
-from .retry import (
-    ClientCache,
-    ErrorContext,
-    RetryPolicy,
-    check_silent_overflow,
-    error_message_from_body,
-    is_context_overflow,
-    overflow_error,
-    redact,
-    stream_with_retries,
-)
+from .failures import ErrorContext, error_message_from_body, redact
+from .overflow import is_context_overflow, overflow_error
+from .remote import Exchange, RemoteProvider
 from .sse import aiter_sse
 
 __all__ = [
@@ -76,7 +62,6 @@ ANTHROPIC_VERSION = "2023-06-01"
 #: empty): the API requires the first message to come from the user.
 CONTINUE_NOTE = "(conversation continues)"
 
-_HOSTS_REQUIRING_KEY = frozenset({"api.anthropic.com"})
 
 _STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_use", "max_tokens": "length"}
 
@@ -210,40 +195,27 @@ def _count(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 else None
 
 
-class AnthropicProvider:
+class AnthropicProvider(RemoteProvider):
     """A :class:`~soba_notebook.providers.base.Provider` for the Anthropic Messages API."""
 
     name = "anthropic"
-    offline = False
+    endpoint = "/v1/messages"
+    hosts_requiring_key = frozenset({"api.anthropic.com"})
+    default_base_url = "https://api.anthropic.com"
+    default_key_env = "ANTHROPIC_API_KEY"
+    default_display_name = "Anthropic"
 
-    def __init__(self, model: str, *, base_url: str = "https://api.anthropic.com", api_key: str | None = None,
-                 api_key_env: str = "ANTHROPIC_API_KEY", transport: httpx.AsyncBaseTransport | None = None,
-                 timeout: float = 120.0, max_retries: int = 4,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 context_window: int | None = None, jitter: Callable[[], float] = random.random,
-                 cache_prompts: bool = True, display_name: str = "Anthropic") -> None:
-        self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.api_key_env = api_key_env
-        self.context_window = context_window
+    def __init__(self, model: str, *, cache_prompts: bool = True, **options: Any) -> None:
+        super().__init__(model, **options)
         self.cache_prompts = cache_prompts
-        self.label = f"{display_name} · {model} @ {self.base_url}"
-        self._api_key = api_key
-        self._policy = RetryPolicy(max_retries=max(0, max_retries), sleep=sleep, jitter=jitter)
-        self._clients = ClientCache(base_url=self.base_url, timeout=timeout, transport=transport)
 
-    def __repr__(self) -> str:
-        key = "set" if self._resolve_key() else "unset"
-        return (f"AnthropicProvider(model={self.model!r}, base_url={self.base_url!r}, "
-                f"api_key_env={self.api_key_env!r}, key={key})")
-
-    @property
-    def url(self) -> str:
-        return f"{self.base_url}/v1/messages"
-
-    def _resolve_key(self) -> str | None:
-        key = self._api_key if self._api_key is not None else os.environ.get(self.api_key_env)
-        return (key.strip() or None) if key else None
+    def wire_headers(self, key: str | None) -> dict[str, str]:
+        """JSON in, an event stream out, the API version, and ``x-api-key`` when there is a key."""
+        headers = {"content-type": "application/json", "accept": "text/event-stream",
+                   "anthropic-version": ANTHROPIC_VERSION}
+        if key is not None:
+            headers["x-api-key"] = key
+        return headers
 
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body for ``request`` (public so tests and debugging can inspect it)."""
@@ -265,32 +237,14 @@ class AnthropicProvider:
             body["temperature"] = request.temperature
         return body
 
-    async def complete(self, request: ModelRequest, *,
-                       on_event: Callable[[StreamEvent], None] | None = None) -> ModelResponse:
-        key = self._resolve_key()
-        ctx = ErrorContext("anthropic", self.url, self.api_key_env, key is not None, (key,) if key else ())
-        host = (urlsplit(self.base_url).hostname or "").lower()
-        if key is None and host in _HOSTS_REQUIRING_KEY:
-            raise AuthError(ctx.say(f"no API key for {host}; set the {self.api_key_env} environment variable"))
-        headers = {"content-type": "application/json", "accept": "text/event-stream",
-                   "anthropic-version": ANTHROPIC_VERSION}
-        if key is not None:
-            headers["x-api-key"] = key
-
+    async def respond(self, request: ModelRequest, exchange: Exchange) -> ModelResponse:
         state = _StreamState()
 
         async def consume(chunks: AsyncIterator[bytes]) -> None:
-            await self._consume(chunks, state, ctx, on_event)
+            await self._consume(chunks, state, exchange.ctx, exchange.on_event)
 
-        await stream_with_retries(self._clients.get(), self.url, headers=headers, body=self.build_body(request),
-                                  consume=consume, ctx=ctx, policy=self._policy, on_event=on_event)
-        response = self._finish(state)
-        overflow = check_silent_overflow(response.usage.prompt_tokens if response.usage else None,
-                                         self.context_window, ctx)
-        if overflow is not None:
-            overflow.response = response  # type: ignore[attr-defined]
-            raise overflow
-        return response
+        await self.post(exchange, self.build_body(request), consume)
+        return self._finish(state)
 
     async def _consume(self, chunks: AsyncIterator[bytes], state: _StreamState, ctx: ErrorContext,
                        on_event: Callable[[StreamEvent], None] | None) -> None:
@@ -308,6 +262,8 @@ class AnthropicProvider:
                 if not isinstance(payload, Mapping):
                     continue
                 kind = payload.get("type") if event.event == "message" else event.event
+                if kind == "message_stop" and not state.blocks and not state.usage_seen and state.model is None:
+                    raise ProviderError(ctx.say("the stream held no readable event before message_stop"))
                 self._apply(str(kind), payload, state, ctx, emit)
                 if state.done:
                     break
@@ -416,9 +372,6 @@ class AnthropicProvider:
         return ModelResponse(text="".join(text), tool_calls=tuple(calls), usage=state.usage(),
                              stop_reason=normalize_anthropic_stop_reason(state.stop_reason),
                              model=state.model or self.model, thinking="".join(thinking), provider=self.name)
-
-    async def aclose(self) -> None:
-        await self._clients.aclose()
 
 
 _DELTA_BLOCK = {"text_delta": "text", "input_json_delta": "tool_use", "thinking_delta": "thinking"}

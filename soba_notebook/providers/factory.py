@@ -7,12 +7,14 @@ or hosted address, so ``{"provider": "ollama", "model": "qwen2.5-coder"}`` is a 
 
 ``provider: scripted`` is the offline demo model of :mod:`soba_notebook.demo`.
 
-Keys read here: ``provider``, ``model``, ``baseUrl``, ``apiKeyEnv``, ``contextWindow``, ``stream``. Other
+Keys read here: ``provider``, ``model``, ``baseUrl``, ``apiKeyEnv``, ``contextWindow``, ``stream``,
+``requestTimeoutMs`` (the whole-request deadline) and ``idleTimeoutMs`` (no bytes for that long). Other
 keys of the block (``maxOutputTokens``…) belong to the request and are ignored.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +29,7 @@ from soba_notebook.errors import ConfigError
 from .anthropic import AnthropicProvider
 from .base import Provider
 from .openai import OpenAIChatProvider
+from .remote import DEFAULT_IDLE_TIMEOUT, DEFAULT_REQUEST_TIMEOUT
 
 __all__ = ["OPENAI_COMPATIBLE", "PROVIDER_NAMES", "OpenAICompatibleDefaults", "make_provider"]
 
@@ -72,6 +75,17 @@ def _context_window(config: Mapping[str, Any]) -> int | None:
     return value
 
 
+def _seconds(config: Mapping[str, Any], key: str, default: float) -> float:
+    """A ``...Ms`` key in seconds (``default`` when absent)."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"model.{key} must be a positive number of milliseconds, not {value!r}",
+                          key=f"model.{key}", value=value)
+    return value / 1000
+
+
 def make_provider(model_config: Mapping[str, Any], *,
                   transport: httpx.AsyncBaseTransport | None = None) -> Provider:
     """The provider the ``model`` block describes. Raises :class:`ConfigError` for an unknown
@@ -97,10 +111,12 @@ def make_provider(model_config: Mapping[str, Any], *,
                           key="model.baseUrl", value=base_url)
     key_env = _optional_str(model_config, "apiKeyEnv")
     context_window = _context_window(model_config)
+    timeouts = {"timeout": _seconds(model_config, "idleTimeoutMs", DEFAULT_IDLE_TIMEOUT),
+                "request_timeout": _seconds(model_config, "requestTimeoutMs", DEFAULT_REQUEST_TIMEOUT)}
     if name == "anthropic":
         return AnthropicProvider(model, base_url=base_url or "https://api.anthropic.com",
                                  api_key_env=key_env or "ANTHROPIC_API_KEY", transport=transport,
-                                 context_window=context_window)
+                                 context_window=context_window, **timeouts)
     defaults = OPENAI_COMPATIBLE[name]
     stream = model_config.get("stream") or "auto"
     if stream not in ("auto", "always", "never"):
@@ -109,4 +125,4 @@ def make_provider(model_config: Mapping[str, Any], *,
     return OpenAIChatProvider(model, base_url=base_url or defaults.base_url,
                               api_key_env=key_env or defaults.api_key_env, transport=transport,
                               context_window=context_window, display_name=defaults.display_name,
-                              stream=stream)
+                              stream=stream, **timeouts)

@@ -31,20 +31,14 @@ and how the provider learns them, live in :mod:`~soba_notebook.providers.openai_
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import random
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
-import httpx
-
-from soba_notebook.errors import AuthError, ContextOverflowError, ProviderError
+from soba_notebook.errors import ContextOverflowError, ProviderError
 from soba_notebook.session.entries import Usage
 
 from .base import (
@@ -55,19 +49,11 @@ from .base import (
     repair_tool_pairing,
     tool_call_from_text,
 )
+from .clients import is_loopback_url
+from .failures import ErrorContext, error_message_from_body, redact
 from .openai_compat import ServerQuirks, StreamMode, adapt_request, probe_context_window, response_format_for
-from .retry import (
-    ClientCache,
-    ErrorContext,
-    RetryPolicy,
-    check_silent_overflow,
-    error_message_from_body,
-    is_context_overflow,
-    is_loopback_url,
-    overflow_error,
-    redact,
-    stream_with_retries,
-)
+from .overflow import is_context_overflow, overflow_error
+from .remote import Exchange, RemoteProvider
 from .sse import aiter_sse
 
 __all__ = [
@@ -77,9 +63,6 @@ __all__ = [
     "to_openai_messages",
     "to_openai_tools",
 ]
-
-#: Hosts that never answer without a key: asking them without one is a configuration error.
-_HOSTS_REQUIRING_KEY = frozenset({"api.openai.com", "openrouter.ai"})
 
 _STOP_REASONS = {"stop": "stop", "tool_calls": "tool_use", "function_call": "tool_use", "length": "length"}
 
@@ -171,6 +154,24 @@ class _StreamState:
     chunks: int = 0  # data events received, [DONE] excluded
 
 
+class _Head:
+    """Passes body bytes through, keeping the first ``limit`` for an error message."""
+
+    __slots__ = ("_source", "limit", "seen")
+
+    def __init__(self, source: AsyncIterator[bytes], limit: int = 200) -> None:
+        self._source, self.limit, self.seen = source, limit, bytearray()
+
+    def __aiter__(self) -> _Head:
+        return self
+
+    async def __anext__(self) -> bytes:
+        piece = await self._source.__anext__()
+        if len(self.seen) < self.limit:
+            self.seen.extend(piece[: self.limit - len(self.seen)])
+        return piece
+
+
 class _EmptyStream(Exception):
     """A 200 reply whose stream carried no data at all (not even ``[DONE]``)."""
 
@@ -179,7 +180,7 @@ class _EmptyStream(Exception):
 EMPTY_REPLY_OVERFLOW_SHARE = 0.9
 
 
-class OpenAIChatProvider:
+class OpenAIChatProvider(RemoteProvider):
     """A :class:`~soba_notebook.providers.base.Provider` for ``POST {base_url}/chat/completions``.
 
     ``stream`` is ``"auto"`` (stream; fall back to plain requests when the server streams no
@@ -189,38 +190,21 @@ class OpenAIChatProvider:
     """
 
     name = "openai"
-    offline = False
+    endpoint = "/chat/completions"
+    hosts_requiring_key = frozenset({"api.openai.com", "openrouter.ai"})
+    default_base_url = "https://api.openai.com/v1"
+    default_key_env = "OPENAI_API_KEY"
+    default_display_name = "OpenAI-compatible"
 
-    def __init__(self, model: str, *, base_url: str = "https://api.openai.com/v1", api_key: str | None = None,
-                 api_key_env: str = "OPENAI_API_KEY", transport: httpx.AsyncBaseTransport | None = None,
-                 timeout: float = 120.0, max_retries: int = 4,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-                 context_window: int | None = None, jitter: Callable[[], float] = random.random,
-                 display_name: str = "OpenAI-compatible", stream: StreamMode = "auto",
-                 probe: bool | None = None) -> None:
-        self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.api_key_env = api_key_env
-        self.context_window = context_window
-        self.label = f"{display_name} · {model} @ {self.base_url}"
+    def __init__(self, model: str, *, stream: StreamMode = "auto", probe: bool | None = None,
+                 **options: Any) -> None:
+        super().__init__(model, **options)
         self.stream_mode: StreamMode = stream
         self.quirks = ServerQuirks()
         #: one line per thing the user should know about this server (shown by ``%soba status``)
         self.warnings: list[str] = []
         # probing costs a request per endpoint; hosted APIs have no /props, local servers may
         self._probe = probe if probe is not None else is_loopback_url(self.base_url)
-        self._api_key = api_key
-        self._policy = RetryPolicy(max_retries=max(0, max_retries), sleep=sleep, jitter=jitter)
-        self._clients = ClientCache(base_url=self.base_url, timeout=timeout, transport=transport)
-
-    def __repr__(self) -> str:
-        key = "set" if self._resolve_key() else "unset"
-        return (f"OpenAIChatProvider(model={self.model!r}, base_url={self.base_url!r}, "
-                f"api_key_env={self.api_key_env!r}, key={key})")
-
-    @property
-    def url(self) -> str:
-        return f"{self.base_url}/chat/completions"
 
     @property
     def effective_context_window(self) -> int | None:
@@ -228,9 +212,12 @@ class OpenAIChatProvider:
         known = [w for w in (self.context_window, self.quirks.server_context) if w]
         return min(known) if known else None
 
-    def _resolve_key(self) -> str | None:
-        key = self._api_key if self._api_key is not None else os.environ.get(self.api_key_env)
-        return (key.strip() or None) if key else None
+    def wire_headers(self, key: str | None) -> dict[str, str]:
+        """JSON in; ``Authorization: Bearer`` only when there is a key (local servers need none)."""
+        headers = {"content-type": "application/json"}
+        if key is not None:
+            headers["authorization"] = f"Bearer {key}"
+        return headers
 
     def _streaming(self) -> bool:
         if self.stream_mode == "never":
@@ -275,53 +262,36 @@ class OpenAIChatProvider:
                 f"model.contextWindow {self.context_window:,}; set model.contextWindow to {found:,} so "
                 "the hard limit holds (overflow detection uses the server's size meanwhile)")
 
-    async def complete(self, request: ModelRequest, *,
-                       on_event: Callable[[StreamEvent], None] | None = None) -> ModelResponse:
-        key = self._resolve_key()
-        ctx = ErrorContext("openai", self.url, self.api_key_env, key is not None, (key,) if key else ())
-        host = (urlsplit(self.base_url).hostname or "").lower()
-        if key is None and host in _HOSTS_REQUIRING_KEY:
-            raise AuthError(ctx.say(f"no API key for {host}; set the {self.api_key_env} environment variable"))
-        headers = {"content-type": "application/json"}
-        if key is not None:
-            headers["authorization"] = f"Bearer {key}"
-        await self._ensure_probed(headers)
+    async def respond(self, request: ModelRequest, exchange: Exchange) -> ModelResponse:
+        await self._ensure_probed(exchange.headers)
         streaming = self._streaming()
         try:
-            state = await self._request(request, headers, ctx, on_event, stream=streaming)
+            state = await self._request(request, exchange, stream=streaming)
         except _EmptyStream:
             # Ask once more without streaming: the server can then answer with a status and an
             # error body (llama-cpp-python reports a context overflow only this way).
-            state = await self._request(request, headers, ctx, on_event, stream=False)
+            state = await self._request(request, exchange, stream=False)
         if streaming and self.stream_mode == "auto" and self.quirks.streams_usage is not False:
             # one complete stream without usage is enough: some servers send it for some replies only
             self.quirks.streams_usage = state.usage is not None
             if state.usage is None:
                 self.warnings.append(f"the server at {self.base_url} streams no token usage; later requests "
                                      "are sent without streaming so each reply reports its exact prompt size")
-        self._check_empty_reply(request, state, ctx)
-        response = self._finish(state)
-        overflow = check_silent_overflow(response.usage.prompt_tokens if response.usage else None,
-                                         self.effective_context_window, ctx)
-        if overflow is not None:
-            overflow.response = response  # type: ignore[attr-defined]
-            raise overflow
-        return response
+        self._check_empty_reply(request, state, exchange.ctx)
+        return self._finish(state)
 
-    async def _request(self, request: ModelRequest, headers: Mapping[str, str], ctx: ErrorContext,
-                       on_event: Callable[[StreamEvent], None] | None, *, stream: bool) -> _StreamState:
+    async def _request(self, request: ModelRequest, exchange: Exchange, *, stream: bool) -> _StreamState:
         state = _StreamState()
 
         async def consume(chunks: AsyncIterator[bytes]) -> None:
             if stream:
-                await self._consume(chunks, state, ctx, on_event)
+                await self._consume(chunks, state, exchange.ctx, exchange.on_event)
             else:
-                await self._consume_whole(chunks, state, ctx, on_event)
+                await self._consume_whole(chunks, state, exchange.ctx, exchange.on_event)
 
-        wire_headers = {**headers, "accept": "text/event-stream" if stream else "application/json"}
-        await stream_with_retries(self._clients.get(), self.url, headers=wire_headers,
-                                  body=self.build_body(request, stream=stream), consume=consume, ctx=ctx,
-                                  policy=self._policy, on_event=on_event, adapt=self._adapt)
+        accept = "text/event-stream" if stream else "application/json"
+        await self.post(exchange, self.build_body(request, stream=stream), consume, headers={"accept": accept},
+                        adapt=self._adapt)
         return state
 
     def _check_empty_reply(self, request: ModelRequest, state: _StreamState, ctx: ErrorContext) -> None:
@@ -364,10 +334,15 @@ class OpenAIChatProvider:
     async def _consume(self, chunks: AsyncIterator[bytes], state: _StreamState, ctx: ErrorContext,
                        on_event: Callable[[StreamEvent], None] | None) -> None:
         emit = on_event or (lambda _event: None)
-        async with aclosing(aiter_sse(chunks)) as events:
+        head = _Head(chunks)
+        async with aclosing(aiter_sse(head)) as events:
             async for event in events:
                 data = event.data.strip()
                 if data == "[DONE]":
+                    if state.chunks == 0:  # nothing readable came first: not an empty answer
+                        start = bytes(head.seen).decode("utf-8", "replace")
+                        raise ProviderError(ctx.say(f"the stream held no readable chunk before [DONE]: "
+                                                    f"{redact(start, ctx.secrets)!r}"))
                     state.done = True
                     break
                 if not data:
@@ -462,9 +437,6 @@ class OpenAIChatProvider:
         return ModelResponse(text="".join(state.text), tool_calls=tuple(calls), usage=state.usage,
                              stop_reason=reason, model=state.model or self.model,
                              thinking="".join(state.thinking), provider=self.name)
-
-    async def aclose(self) -> None:
-        await self._clients.aclose()
 
 
 def _slot_for(call: Mapping[str, Any], position: int, state: _StreamState) -> _ToolSlot:

@@ -1,0 +1,69 @@
+"""The HTTP client a provider sends with: one ``httpx.AsyncClient`` per event loop.
+
+An ``AsyncClient``'s pooled connections belong to the loop that opened them, while a provider
+object outlives ``asyncio.run`` calls (tests) or moves to the notebook's background loop; this
+module owns that bookkeeping, the client's timeouts, and the one network-environment rule
+(proxy variables are ignored for servers on this machine, where they only ever do harm).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import weakref
+from urllib.parse import urlsplit
+
+import httpx
+
+__all__ = ["ClientCache", "is_loopback_url"]
+
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+def is_loopback_url(url: str) -> bool:
+    """True for URLs on this machine (local model servers, the test fake server)."""
+    host = (urlsplit(url).hostname or "").lower()
+    if host in _LOOPBACK_NAMES or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class ClientCache:
+    """One ``httpx.AsyncClient`` per running event loop.
+
+    ``idle_timeout`` is the longest wait for the next bytes (response headers included): httpx's
+    read timeout. The connect timeout is the same, capped at 30 s. When the loop changes, the old
+    client is abandoned (it cannot be closed from another loop); :meth:`aclose` closes the current
+    one.
+    """
+
+    def __init__(self, *, base_url: str, idle_timeout: float,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._timeout = httpx.Timeout(idle_timeout, connect=min(idle_timeout, 30.0))
+        self._transport = transport
+        self._trust_env = not is_loopback_url(base_url)
+        self._client: httpx.AsyncClient | None = None
+        self._loop: weakref.ReferenceType[asyncio.AbstractEventLoop] | None = None
+
+    @property
+    def idle_timeout(self) -> float:
+        read = self._timeout.read
+        return float(read) if read is not None else 0.0
+
+    def get(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        client = self._client
+        if client is None or client.is_closed or self._loop is None or self._loop() is not loop:
+            client = httpx.AsyncClient(transport=self._transport, timeout=self._timeout,
+                                       trust_env=self._trust_env)
+            self._client = client
+            self._loop = weakref.ref(loop)
+        return client
+
+    async def aclose(self) -> None:
+        client, self._client, self._loop = self._client, None, None
+        if client is not None and not client.is_closed:
+            await client.aclose()
