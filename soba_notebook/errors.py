@@ -87,15 +87,19 @@ class ContextOverflowError(ProviderError):
     than the window holds (a *silent* overflow: a
     :class:`~soba_notebook.providers.base.ModelResponse`); ``None`` when the provider refused.
     It is typed ``object`` because this module sits below ``providers/``.
+
+    ``completion_tokens`` is the completion share of ``requested_tokens`` where the server splits
+    them ("2055 in the messages, 256 in the completion").
     """
 
     def __init__(self, message: str, *, status: int | None = None, retryable: bool = False,
                  requested_tokens: int | None = None, context_limit: int | None = None,
-                 response: object | None = None) -> None:
+                 response: object | None = None, completion_tokens: int | None = None) -> None:
         super().__init__(message, status=status, retryable=retryable)
         self.requested_tokens = requested_tokens
         self.context_limit = context_limit
         self.response = response
+        self.completion_tokens = completion_tokens
 
 
 class CompactionFailed(SobaError):

@@ -247,5 +247,12 @@ def test_cancel_while_the_real_model_answers_leaves_a_consistent_transcript_and_
     (result, consistent), again = asyncio.run(scenario())
     assert result.outcome == "cancelled", result
     assert consistent == []
-    assert again.outcome in ("completed", "stopped") and again.inferences >= 1, again
+    # the session goes on: the next turn's request is sent and answered. (A 135M model under
+    # llama-cpp-python's automatic tool choice may also run past max_tokens into the context;
+    # that turn then fails saying so, and is not mistaken for an overflow of the request.)
+    if again.outcome == "failed":
+        assert "past max_tokens" in (again.error or ""), again.error
+    else:
+        assert again.outcome in ("completed", "stopped") and again.inferences >= 1, again
+    assert not [e for e in agent.store.entries() if e.type == "capsule"]
     assert pair_problems(_model_input(agent.store)) == []

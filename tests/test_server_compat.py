@@ -328,3 +328,19 @@ def test_what_the_provider_learned_about_its_server_is_said_once_in_the_cell_and
     assert "Model server: the server at" in first and "streams no token usage" in first
     assert "streams no token usage" not in second, "said once"
     assert "streams no token usage" in status
+
+
+def test_a_server_that_generated_past_max_tokens_into_its_context_is_not_a_context_overflow(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    # llama-cpp-python's automatic tool choice ignores max_tokens when the model answers in text,
+    # generates until its context is full, then reports the whole as a context overflow
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url, model={"maxOutputTokens": 400})
+    fake_server.openai.enqueue_error(400, message=(
+        "This model's maximum context length is 4096 tokens. However, you requested 4096 tokens "
+        "(1267 in the messages, 2829 in the completion). Please reduce the length of the messages or completion."),
+        type="invalid_request_error")
+    result = asyncio.run(agent.run_turn("hello"))
+    assert result.outcome == "failed" and "generated 2,829 tokens, past max_tokens 400" in (result.error or "")
+    assert not [e for e in agent.store.entries() if e.type == "capsule"], "nothing was compacted"
+    fake_server.openai.enqueue(text="fine")
+    assert asyncio.run(agent.run_turn("again")).outcome == "completed"

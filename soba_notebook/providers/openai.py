@@ -52,7 +52,7 @@ from .base import (
 from .clients import is_loopback_url
 from .failures import ErrorContext, error_message_from_body, redact
 from .openai_compat import ServerQuirks, StreamMode, adapt_request, probe_context_window, response_format_for
-from .overflow import is_context_overflow, overflow_error
+from .overflow import generated_past_its_context, is_context_overflow, overflow_error
 from .remote import Exchange, RemoteProvider
 from .sse import aiter_sse
 
@@ -266,11 +266,20 @@ class OpenAIChatProvider(RemoteProvider):
         await self._ensure_probed(exchange.headers)
         streaming = self._streaming()
         try:
-            state = await self._request(request, exchange, stream=streaming)
-        except _EmptyStream:
-            # Ask once more without streaming: the server can then answer with a status and an
-            # error body (llama-cpp-python reports a context overflow only this way).
-            state = await self._request(request, exchange, stream=False)
+            try:
+                state = await self._request(request, exchange, stream=streaming)
+            except _EmptyStream:
+                # Ask once more without streaming: the server can then answer with a status and an
+                # error body (llama-cpp-python reports a context overflow only this way).
+                state = await self._request(request, exchange, stream=False)
+        except ContextOverflowError as exc:
+            if not generated_past_its_context(exc, request.max_output_tokens):
+                raise
+            raise ProviderError(exchange.ctx.say(
+                f"the server generated {exc.completion_tokens:,} tokens, past max_tokens "
+                f"{request.max_output_tokens:,}, until its context of {exc.context_limit:,} was full; the "
+                f"request itself fits, so nothing was compacted (llama-cpp-python's automatic tool choice "
+                f"ignores max_tokens when the model answers in text)")) from exc
         if streaming and self.stream_mode == "auto" and self.quirks.streams_usage is not False:
             # one complete stream without usage is enough: some servers send it for some replies only
             self.quirks.streams_usage = state.usage is not None

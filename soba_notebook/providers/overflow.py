@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from soba_notebook.errors import ContextOverflowError
 
-__all__ = ["OVERFLOW_MARKERS", "is_context_overflow", "overflow_error", "overflow_figures"]
+__all__ = ["OVERFLOW_MARKERS", "generated_past_its_context", "is_context_overflow", "overflow_error",
+           "overflow_figures"]
 
 #: Lower-case fragments of real context-overflow messages. Sources: OpenAI (code and message),
 #: Anthropic ("prompt is too long", "input length and `max_tokens` exceed context limit"), vLLM and
@@ -99,7 +100,24 @@ def overflow_figures(body_text: str) -> tuple[int | None, int | None]:
     return _first_number(_REQUESTED_PATTERNS, text), _first_number(_LIMIT_PATTERNS, text)
 
 
+_COMPLETION_PATTERN = re.compile(r"(\d[\d,]*) in the completion")
+
+
 def overflow_error(message: str, body_text: str, status: int | None = None) -> ContextOverflowError:
     """A :class:`ContextOverflowError` carrying the figures its body states."""
     requested, limit = overflow_figures(body_text)
-    return ContextOverflowError(message, status=status, requested_tokens=requested, context_limit=limit)
+    completion = _first_number((_COMPLETION_PATTERN,), (body_text or "").lower())
+    return ContextOverflowError(message, status=status, requested_tokens=requested, context_limit=limit,
+                                completion_tokens=completion)
+
+
+def generated_past_its_context(error: ContextOverflowError, max_output_tokens: int) -> bool:
+    """True when the overflow was the server's own generation, not the request: it says it
+    produced more completion tokens than ``max_output_tokens`` allowed, and the prompt with that
+    allowance fits its context. (llama-cpp-python's automatic tool choice ignores ``max_tokens``
+    when the model answers in text, generates until the context is full, and reports that as a
+    context overflow.) Compacting would not help such a request; resending it would repeat it."""
+    requested, limit, completion = error.requested_tokens, error.context_limit, error.completion_tokens
+    if requested is None or limit is None or completion is None or completion <= max_output_tokens:
+        return False
+    return requested - completion + max_output_tokens <= limit
