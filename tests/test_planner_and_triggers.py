@@ -197,3 +197,9 @@ def test_long_tool_results_are_clipped_in_the_summarizer_input() -> None:
 
     text = serialize_entries([tool_result("c", "shell", "x" * 50_000).with_ids("r", None, "t")])
     assert len(text) < TOOL_RESULT_CHARS + 200 and "characters omitted" in text
+
+
+def test_a_raw_newline_inside_a_summary_string_is_the_models_text_not_an_invalid_capsule() -> None:
+    # grammar-constrained local models (llama.cpp) emit literal control characters inside strings
+    cap = parse_capsule_answer('{"goal": "fix the\nparser", "done": ["read\tit"]}')
+    assert cap.goal == "fix the\nparser" and cap.done == ("read\tit",)

@@ -193,7 +193,9 @@ def parse_capsule_answer(text: str) -> Capsule:
     last_error = "no JSON object in the answer"
     for raw in candidates:
         try:
-            obj: Any = json.loads(raw)
+            # strict=False: a raw newline or tab inside a string (grammar-constrained local models
+            # emit them) is the model's text, not a reason to throw the whole capsule away
+            obj: Any = json.loads(raw, strict=False)
         except ValueError as exc:
             last_error = f"not valid JSON ({exc})"
             continue
