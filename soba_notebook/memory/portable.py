@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..compaction.capsule import STATUSES, Capsule, Decision, EntryRange, Verification, validate_capsule_json
+from ..compaction.capsule import Capsule, Decision, EntryRange, Verification
 from ..errors import CapsuleFormatError, SobaError
+from ..session.capsule_schema import STATUSES, validate_capsule_json
 from .redact import redact_portable
 
 __all__ = [
