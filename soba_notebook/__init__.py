@@ -26,6 +26,7 @@ __all__ = [
     "SobaConfig",
     "SobaError",
     "__version__",
+    "current_store",
     "hard_limit",
     "load_config",
     "load_ipython_extension",
@@ -47,8 +48,12 @@ def unload_ipython_extension(ipython: Any) -> None:
     unload(ipython)
 
 
-def session() -> SessionStore:
-    """The session store the notebook's agent is using (for views: ``views.transcript(session())``)."""
+def current_store() -> SessionStore:
+    """The session store this kernel's agent is using (``views.transcript(current_store())``).
+
+    Opens the agent (and its newest session) if no turn has run yet; raises :class:`RuntimeError`
+    when ``%load_ext soba_notebook`` has not been run in this kernel.
+    """
     from .notebook import current
 
     return current().ensure().store
