@@ -4,9 +4,39 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 import types
+from pathlib import Path
 
 import pytest
+
+API = Path(__file__).resolve().parents[1] / "docs" / "API.md"
+
+
+def documented_names() -> dict[str, list[str]]:
+    """docs/API.md: module (a ``## `module` `` heading) -> the names of its ``- `name` —`` lines."""
+    out: dict[str, list[str]] = {}
+    module = None
+    for line in API.read_text().splitlines():
+        heading = re.match(r"^## `(soba_notebook[\w.]*)`", line)
+        if heading:
+            module = heading[1]
+            out[module] = []
+        elif module and (item := re.match(r"^- `(\w+)` — ", line)):
+            out[module].append(item[1])
+    return out
+
+
+def test_docs_api_lists_each_public_module_with_exactly_the_names_of_its_all() -> None:
+    documented = documented_names()
+    assert {"soba_notebook", "soba_notebook.views", "soba_notebook.notebook.magics", "soba_notebook.agent",
+            "soba_notebook.agent.tools", "soba_notebook.providers"} <= set(documented)
+    for module_name, names in documented.items():
+        module = importlib.import_module(module_name)
+        assert len(names) == len(set(names)), f"{module_name}: a name is listed twice in docs/API.md"
+        assert set(names) == set(module.__all__), f"{module_name}: docs/API.md and __all__ differ"
+        missing = [n for n in module.__all__ if not hasattr(module, n)]
+        assert missing == [], f"{module_name}.__all__ names what it does not define: {missing}"
 
 
 def test_the_session_subpackage_is_not_shadowed_by_a_function() -> None:
