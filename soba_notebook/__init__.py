@@ -1,8 +1,10 @@
 """soba_notebook: a long-lived coding agent inside Jupyter that never silently drops history.
 
 ``%load_ext soba_notebook`` registers the magics (``%soba``, ``%compact``, ``%budget``,
-``%auto_compact``, ``%capsule``). The core below the notebook layer is UI-free and importable
-on its own: sessions, tokens, budget, compaction, providers, agent.
+``%auto_compact``, ``%capsule``); :func:`current_store` is the session the kernel's agent writes.
+The core below the notebook layer is UI-free and importable on its own: sessions, tokens, budget,
+compaction, providers, agent. ``__all__`` below is this module's public API; ``docs/API.md``
+lists it with the other public modules.
 """
 
 from __future__ import annotations
