@@ -1,8 +1,10 @@
 """soba_notebook: a long-lived coding agent inside Jupyter that never silently drops history.
 
 ``%load_ext soba_notebook`` registers the magics (``%soba``, ``%compact``, ``%budget``,
-``%auto_compact``, ``%capsule``). The core below the notebook layer is UI-free and importable
-on its own: sessions, tokens, budget, compaction, providers, agent.
+``%auto_compact``, ``%capsule``); :func:`current_store` is the session the kernel's agent writes.
+The core below the notebook layer is UI-free and importable on its own: sessions, tokens, budget,
+compaction, providers, agent. ``__all__`` below is this module's public API; ``docs/API.md``
+lists it with the other public modules.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ __all__ = [
     "SobaConfig",
     "SobaError",
     "__version__",
+    "current_store",
     "hard_limit",
     "load_config",
     "load_ipython_extension",
@@ -47,8 +50,12 @@ def unload_ipython_extension(ipython: Any) -> None:
     unload(ipython)
 
 
-def session() -> SessionStore:
-    """The session store the notebook's agent is using (for views: ``views.transcript(session())``)."""
+def current_store() -> SessionStore:
+    """The session store this kernel's agent is using (``views.transcript(current_store())``).
+
+    Opens the agent (and its newest session) if no turn has run yet; raises :class:`RuntimeError`
+    when ``%load_ext soba_notebook`` has not been run in this kernel.
+    """
     from .notebook import current
 
     return current().ensure().store

@@ -8,7 +8,6 @@ with one ``write`` under an exclusive lock, like the session store.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import threading
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .events import Event
+from .locking import lock_exclusive, unlock
 from .scrub import Scrubber
 from .session.entries import now_iso
 
@@ -48,8 +48,11 @@ class FlightRecorder:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 try:
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                    os.write(fd, line)
+                    lock_exclusive(fd)
+                    try:
+                        os.write(fd, line)
+                    finally:
+                        unlock(fd)  # before closing: Windows releases a closed handle's locks only eventually
                 finally:
                     os.close(fd)
             except OSError as exc:  # diagnostics must never fail a turn; say so once per recorder

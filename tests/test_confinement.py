@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from soba_notebook.agent.session import open_agent
+from soba_notebook.agent.project import open_agent
 from soba_notebook.agent.tools import ToolContext, ToolOutcome, default_tools
 from soba_notebook.config import ToolsConfig, load_config
 from soba_notebook.errors import ConfigError

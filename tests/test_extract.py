@@ -26,7 +26,7 @@ from soba_notebook.compaction.extract import (
     extract_facts,
     verification_status,
 )
-from soba_notebook.compaction.shell_parse import verification_outcome
+from soba_notebook.compaction.verification import verification_outcome
 from soba_notebook.session.entries import (
     Entry,
     ToolCall,

@@ -619,14 +619,22 @@ def test_pi_tree_ids_branches_and_record_kinds_are_kept(tmp_path: Path) -> None:
                                f"as imported_future_thing entries, not model input",)
 
 
-def test_timestamps_are_normalized_to_utc_iso_with_z() -> None:
-    from soba_notebook.importers import iso_timestamp
-
-    assert iso_timestamp("2025-11-20T23:33:01.550Z") == "2025-11-20T23:33:01.550Z"
-    assert iso_timestamp("2025-11-21T01:33:01.550+02:00") == "2025-11-20T23:33:01.550Z"
-    assert iso_timestamp(1763681581544) == "2025-11-20T23:33:01.544Z"  # epoch milliseconds
-    assert iso_timestamp("1775786904.2521782") == "2026-04-10T02:08:24.252Z"  # epoch seconds as text
-    assert iso_timestamp("yesterday") is None and iso_timestamp(None) is None
+def test_timestamps_are_normalized_to_utc_iso_with_z(tmp_path: Path) -> None:
+    stamps = ["2025-11-20T23:33:01.550Z", "2025-11-21T01:33:01.550+02:00",
+              1763681581544,  # epoch milliseconds
+              "1775786904.2521782",  # epoch seconds as text
+              "yesterday"]
+    source = tmp_path / "chat.json"
+    source.write_text(json.dumps({"messages": [{"role": "user" if i % 2 == 0 else "assistant",
+                                                "content": f"m{i}", "timestamp": ts} for i, ts in enumerate(stamps)]}))
+    path, report = import_transcript_with_report(source, tmp_path / "sessions", format="openai_messages")
+    entries = [e for e in SessionStore.open(path).entries() if e.type == "message"]
+    assert [e.ts for e in entries] == ["2025-11-20T23:33:01.550Z", "2025-11-20T23:33:01.550Z",
+                                       "2025-11-20T23:33:01.544Z", "2026-04-10T02:08:24.252Z",
+                                       "2026-04-10T02:08:24.252Z"]  # not a date: the previous entry's, marked
+    assert entries[-1].data["imported"]["tsInferred"] is True
+    assert "imported" not in entries[-2].data or "tsInferred" not in entries[-2].data["imported"]
+    assert any("timestamp 'yesterday' is not a date" in p for p in report.problems)
 
 
 def test_entries_without_a_source_timestamp_take_their_neighbours_and_are_marked(tmp_path: Path) -> None:

@@ -6,13 +6,14 @@ import pytest
 
 from soba_notebook.budget import BudgetCheck
 from soba_notebook.compaction import IntentQueue, Trigger, choose_trigger, find_cut_point
-from soba_notebook.compaction.capsule import Capsule, Decision, Verification, render, roll, validate_capsule_json
+from soba_notebook.compaction.capsule import Capsule, Decision, Verification, render, roll
 from soba_notebook.compaction.planner import valid_boundaries
 from soba_notebook.compaction.summarize import parse_capsule_answer
 from soba_notebook.compaction.triggers import post_generation_roi, pre_generation_roi
 from soba_notebook.config import CompactionConfig
 from soba_notebook.errors import CapsuleFormatError
 from soba_notebook.session import ToolCall, assistant_message, tool_result, user_message
+from soba_notebook.session.capsule_schema import validate_capsule_json
 
 
 def _ids(entries):

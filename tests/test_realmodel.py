@@ -24,7 +24,7 @@ import pytest
 from jupyter_client import KernelManager
 from realmodel_support import REPO, LocalServer, project_config, running_server
 
-from soba_notebook.agent.session import open_agent
+from soba_notebook.agent.project import open_agent
 from soba_notebook.cancel import CancelToken
 from soba_notebook.flight import read_flight_records
 from soba_notebook.session import SessionStore, list_sessions

@@ -313,19 +313,18 @@ def test_append_many_takes_one_lock_and_one_fsync_per_batch(tmp_path, monkeypatc
 
     store = SessionStore.create(tmp_path, fsync=True)
     calls = {"fsync": 0, "lock": 0}
-    real_fsync, real_flock = os.fsync, store_module.fcntl.flock
+    real_fsync, real_lock = os.fsync, store_module.lock_exclusive
 
     def fsync(fd: int) -> None:
         calls["fsync"] += 1
         real_fsync(fd)
 
-    def flock(fd: int, op: int) -> None:
-        if op & store_module.fcntl.LOCK_EX:
-            calls["lock"] += 1
-        real_flock(fd, op)
+    def lock_exclusive(fd: int, *, blocking: bool = True) -> bool:
+        calls["lock"] += 1
+        return real_lock(fd, blocking=blocking)
 
     monkeypatch.setattr(store_module.os, "fsync", fsync)
-    monkeypatch.setattr(store_module.fcntl, "flock", flock)
+    monkeypatch.setattr(store_module, "lock_exclusive", lock_exclusive)
     store.append_many([user_message(f"m{i}") for i in range(500)])
     assert calls == {"fsync": 1, "lock": 1}
     assert len(SessionStore.open(store.file)) == 500

@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import ToolError
 from ..memory.redact import redact_text
 from ..providers.base import ToolSpec
-from .tools import Tool, ToolContext, _Raw, _schema, _string
+from .tools import Tool, ToolContext, ToolResult, _schema, _string
 
 __all__ = ["MAX_NAMES", "VARIABLES_TOOL", "KernelStateTracker", "describe", "inspect_variable",
            "is_secret_name", "tracker_for", "user_names"]
@@ -219,15 +219,15 @@ def inspect_variable(namespace: Mapping[str, Any], name: str, hidden: Mapping[st
     return redact_text(_bounded("\n".join(lines), INSPECT_CHARS))
 
 
-async def _variables(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+async def _variables(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     namespace = ctx.python_namespace
     tracker = tracker_for(namespace)
     name = str(args.get("name") or "").strip()
     if name:
-        return _Raw(inspect_variable(namespace, name, tracker.hidden), data={"name": name})
+        return ToolResult(inspect_variable(namespace, name, tracker.hidden), data={"name": name})
     lines = tracker.lines()
     text = "\n".join(lines) if lines else "no user variables in the kernel yet"
-    return _Raw(text, data={"count": len(lines)})
+    return ToolResult(text, data={"count": len(lines)})
 
 
 VARIABLES_TOOL = Tool(ToolSpec(

@@ -57,6 +57,7 @@ __all__ = [
     "ToolContext",
     "ToolOutcome",
     "ToolRegistry",
+    "ToolResult",
     "ToolSpec",
     "bound_output",
     "default_tools",
@@ -131,7 +132,7 @@ class ToolContext:
         return self.user_namespace if self.user_namespace is not None else self._private_namespace
 
 
-Handler = Callable[[dict[str, Any], ToolContext], Awaitable["_Raw"]]
+Handler = Callable[[dict[str, Any], ToolContext], Awaitable["ToolResult"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +149,10 @@ class Tool:
 
 
 @dataclass(frozen=True, slots=True)
-class _Raw:
-    """A handler's unbounded result. ``footer`` is kept verbatim after truncation (shell's exit line)."""
+class ToolResult:
+    """What a tool's handler returns: its unbounded text, whether it is an error, structured ``data``
+    for the transcript, and a ``footer`` kept verbatim after truncation (shell's exit line). The
+    registry bounds it into the :class:`ToolOutcome` the model sees."""
 
     text: str
     is_error: bool = False
@@ -323,59 +326,59 @@ def _validate(spec: ToolSpec, arguments: Any) -> dict[str, Any]:
 
 # -- file tools --------------------------------------------------------------------------------
 
-def _file_raw(result: ws.FileResult) -> _Raw:
-    return _Raw(result.text, data=dict(result.data))
+def _file_raw(result: ws.FileResult) -> ToolResult:
+    return ToolResult(result.text, data=dict(result.data))
 
 
-async def _read_file(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+async def _read_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return _file_raw(await asyncio.to_thread(ws.read_file, ctx.workspace, args["path"], args.get("start_line"),
                                              args.get("end_line"), ctx.config.max_output_chars))
 
 
-async def _write_file(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+async def _write_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return _file_raw(await asyncio.to_thread(ws.write_file, ctx.workspace, args["path"], args["content"]))
 
 
-async def _edit_file(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+async def _edit_file(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return _file_raw(await asyncio.to_thread(ws.edit_file, ctx.workspace, args["path"], args["old"], args["new"],
                                              bool(args.get("replace_all", False))))
 
 
-async def _list_files(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+async def _list_files(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return _file_raw(await asyncio.to_thread(ws.list_files, ctx.workspace, args.get("path", ".")))
 
 
-async def _glob(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+async def _glob(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return _file_raw(await asyncio.to_thread(ws.glob_files, ctx.workspace, args["pattern"]))
 
 
-async def _grep(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+async def _grep(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     return _file_raw(await asyncio.to_thread(ws.grep_files, ctx.workspace, args["pattern"], args.get("path", "."),
                                              args.get("glob")))
 
 
 # -- shell and python (the execution itself lives in .shell and .pyexec) -----------------------
 
-async def _shell(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+async def _shell(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     timeout = float(args.get("timeout_sec") or ctx.config.shell_timeout_sec)
     if timeout <= 0:
         raise ToolError(f"timeout_sec must be greater than 0, got {args.get('timeout_sec')!r}")
     before = await asyncio.to_thread(observe.snapshot, ctx.workspace)
     result = await run_shell(args["command"], ctx.workspace, timeout, hidden_env=ctx.hidden_env, cancel=ctx.cancel)
     changes = observe.diff(before, await asyncio.to_thread(observe.snapshot, ctx.workspace))
-    return _Raw(result.text, result.is_error, {**result.data, "files_changed": changes.to_json()}, result.footer)
+    return ToolResult(result.text, result.is_error, {**result.data, "files_changed": changes.to_json()}, result.footer)
 
 
-async def _python(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+async def _python(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     before = await asyncio.to_thread(observe.snapshot, ctx.workspace)
     result = await run_python(args["code"], ctx.python_namespace, ctx.cancel)
     changes = observe.diff(before, await asyncio.to_thread(observe.snapshot, ctx.workspace))
-    return _Raw(result.text, result.is_error, {**result.data, "files_changed": changes.to_json()}, result.footer)
+    return ToolResult(result.text, result.is_error, {**result.data, "files_changed": changes.to_json()}, result.footer)
 
 
 # -- session tools -----------------------------------------------------------------------------
 
-async def _recall(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+async def _recall(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     entry_id = str(args["entry_id"]).strip()
     store = ctx.store
     if store is None:
@@ -387,10 +390,10 @@ async def _recall(args: dict[str, Any], ctx: ToolContext) -> _Raw:
         raise ToolError(f"no entry with id {entry_id!r} in session {store.id}; ids appear in the context "
                         f"capsule and in recalled entries' parentId")
     entry = store.get(entry_id)
-    return _Raw(json.dumps(entry.to_json(), ensure_ascii=False), data={"entry_id": entry_id, "type": entry.type})
+    return ToolResult(json.dumps(entry.to_json(), ensure_ascii=False), data={"entry_id": entry_id, "type": entry.type})
 
 
-async def _checkpoint(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+async def _checkpoint(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     kind, note = args["kind"], args["note"]
     if ctx.append_checkpoint is None and ctx.record_intent is None:
         raise ToolError("checkpoints are unavailable in this context (no session to record them in)")
@@ -403,7 +406,7 @@ async def _checkpoint(args: dict[str, Any], ctx: ToolContext) -> _Raw:
     else:
         tail = ("no compaction intent was recorded: compaction on checkpoints is disabled by config "
                 "(compaction.compactOnMilestone or compaction.auto is false)")
-    return _Raw(f"{label} checkpoint recorded; {tail}", data={"kind": kind, "intent_recorded": recorded})
+    return ToolResult(f"{label} checkpoint recorded; {tail}", data={"kind": kind, "intent_recorded": recorded})
 
 
 def _require_skills(ctx: ToolContext) -> SkillRegistry:
@@ -412,7 +415,7 @@ def _require_skills(ctx: ToolContext) -> SkillRegistry:
     return ctx.skills
 
 
-async def _activate_skill(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+async def _activate_skill(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     skills = _require_skills(ctx)
     name = args["name"].strip()
     before = skills.active()
@@ -422,10 +425,10 @@ async def _activate_skill(args: dict[str, Any], ctx: ToolContext) -> _Raw:
     else:
         text = (f"activated skill {name}; its instructions are part of the system prompt from the next request "
                 f"on. Active skills: {', '.join(active)}")
-    return _Raw(text, data={"activeSkills": list(active), "changed": active != before})
+    return ToolResult(text, data={"activeSkills": list(active), "changed": active != before})
 
 
-async def _deactivate_skill(args: dict[str, Any], ctx: ToolContext) -> _Raw:
+async def _deactivate_skill(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     skills = _require_skills(ctx)
     name = args["name"].strip()
     before = skills.active()
@@ -433,7 +436,7 @@ async def _deactivate_skill(args: dict[str, Any], ctx: ToolContext) -> _Raw:
     rest = ", ".join(active) or "none"
     text = (f"deactivated skill {name}; active skills: {rest}" if name in before
             else f"skill {name} was not active; active skills: {rest}")
-    return _Raw(text, data={"activeSkills": list(active), "changed": active != before})
+    return ToolResult(text, data={"activeSkills": list(active), "changed": active != before})
 
 
 # -- schemas -----------------------------------------------------------------------------------
@@ -560,15 +563,15 @@ class ToolRegistry:
             args = _validate(tool.spec, arguments)
             raw = await tool.handler(args, ctx)
         except ToolError as exc:
-            raw = _Raw(str(exc), is_error=True)
+            raw = ToolResult(str(exc), is_error=True)
         except OSError as exc:
             detail = exc.strerror or str(exc)
             where = f" ({ws.display_path(ctx.workspace, Path(exc.filename))})" if exc.filename else ""
-            raw = _Raw(f"{name} failed: {detail}{where}", is_error=True)
+            raw = ToolResult(f"{name} failed: {detail}{where}", is_error=True)
         except (ValueError, TypeError, UnicodeError, KeyError) as exc:
-            raw = _Raw(f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
+            raw = ToolResult(f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
         except Exception as exc:  # a bug in a tool must not end the turn; report it to the model
-            raw = _Raw(f"{name} failed with an internal error: {type(exc).__name__}: {exc}", is_error=True)
+            raw = ToolResult(f"{name} failed with an internal error: {type(exc).__name__}: {exc}", is_error=True)
         scrubber = ctx.scrubber if ctx.scrubber is not None else Scrubber.from_environ()
         # scrubbed first: the spill file under .soba/outputs must never hold a secret
         content, full_chars, spill = bound_output(scrubber.text(raw.text), ctx.config.max_output_chars,

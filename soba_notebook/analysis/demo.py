@@ -1,7 +1,7 @@
 """A session to analyse when you have none: the offline scripted agent, else a synthetic one.
 
 :func:`demo_session` first asks the agent package to run a few turns against the offline
-scripted model (when that model is available); if it is not, or the run fails, it writes a
+scripted model; if that run fails or does not finish in time, it writes a
 synthetic session with the store API and runs the real compaction engine over it: a realistic
 mix of user turns, assistant replies with tool calls and provider usage, tool results of varied
 size, a milestone checkpoint, capsules and flight records, under a small window so several
@@ -11,7 +11,6 @@ compactions happen in a few dozen entries. Everything is deterministic for a giv
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import random
 import tempfile
 import threading
@@ -169,17 +168,10 @@ def synthetic_session(directory: str | Path, *, turns: int = 14, seed: int = 0,
 
 
 def _agent_session(root: Path, timeout: float) -> tuple[Path | None, str]:
-    """Run a few turns with the offline scripted model, when the agent package offers it."""
-    try:
-        if importlib.util.find_spec("soba_notebook.demo.scripted") is None:
-            return None, "the offline scripted model is not available in this version"
-        from ..agent import open_agent
-    except ImportError as exc:
-        return None, f"the agent package cannot run ({exc})"
-    try:
-        from ..demo.scenario import DEMO_PROMPTS as prompts
-    except ImportError:
-        prompts = ("Create a tiny calculator package and make its tests pass.", "Add a parser.", "Summarize.")
+    """Run a few turns with the offline scripted model; ``(None, why)`` when it fails or is too slow."""
+    from ..agent import open_agent  # here, not at the top: only this path runs an agent
+    from ..demo.scenario import DEMO_PROMPTS as prompts
+
     outcome: dict[str, Any] = {}
 
     def run() -> None:

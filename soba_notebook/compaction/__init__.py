@@ -4,7 +4,7 @@ Headless: nothing here knows a notebook, a widget or a provider (seed sections 2
 """
 
 from .barrier import OUTCOMES, CompactionEngine, CompactionOutcome, capsule_message, capsule_of
-from .capsule import Capsule, Decision, EntryRange, Verification, render, roll, validate_capsule_json
+from .capsule import Capsule, Decision, EntryRange, Verification, render, roll
 from .planner import CompactionPlan, context_slice, find_cut_point
 from .summarize import ModelSummarizer, Summarizer, SummaryRequest
 from .triggers import Intent, IntentQueue, Trigger, TurnState, choose_trigger, post_generation_roi, pre_generation_roi
@@ -34,5 +34,4 @@ __all__ = [
     "pre_generation_roi",
     "render",
     "roll",
-    "validate_capsule_json",
 ]

@@ -8,7 +8,9 @@ artifacts; and the range of entries it summarizes.
 Three forms, one truth:
 
 * ``to_json`` / ``from_json`` — the ``state`` stored in a ``capsule`` entry, validated on the way
-  in (:func:`validate_capsule_json` lists every problem, with the field's path);
+  in (:func:`~soba_notebook.session.capsule_schema.validate_capsule_json` lists every problem,
+  with the field's path; the schema lives with the session because the model input skips an
+  invalid capsule);
 * ``render`` — the text the model sees at the start of its input;
 * :func:`roll` — a new capsule from the previous one plus newer facts: nothing the old capsule held
   is dropped unless the new summary supersedes it.
@@ -19,15 +21,14 @@ A capsule is data: nothing here evaluates or executes any of its text.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import CapsuleFormatError
+from ..session.capsule_schema import CAPSULE_SCHEMA_VERSION, validate_capsule_json
 
 __all__ = [
-    "CAPSULE_SCHEMA_VERSION",
-    "LIST_FIELDS",
     "Capsule",
     "Decision",
     "EntryRange",
@@ -35,12 +36,8 @@ __all__ = [
     "merge_unique",
     "render",
     "roll",
-    "validate_capsule_json",
 ]
 
-CAPSULE_SCHEMA_VERSION = 1
-#: Verification statuses, most to least informative.
-STATUSES = ("passed", "failed", "unknown")
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,53 +142,6 @@ class Capsule:
         return self == Capsule(covers=self.covers, rolled_from=self.rolled_from)
 
 
-#: camelCase JSON key -> kind, for validation and for the summarizer's prompt
-_STRING_LISTS = ("constraints", "done", "active", "pending", "blockers", "nextSteps", "filesRead",
-                 "filesModified", "activeSkills", "artifacts", "rolledFrom")
-LIST_FIELDS = (*_STRING_LISTS, "decisions", "verification")
-
-
-def validate_capsule_json(raw: Any) -> list[str]:
-    """Every problem with a capsule's JSON form, each naming the field; empty when valid."""
-    if not isinstance(raw, Mapping):
-        return [f"expected an object, got {type(raw).__name__}"]
-    problems: list[str] = []
-    version = raw.get("schemaVersion", CAPSULE_SCHEMA_VERSION)
-    if version != CAPSULE_SCHEMA_VERSION:
-        problems.append(f"schemaVersion {version!r} is not supported (expected {CAPSULE_SCHEMA_VERSION})")
-    if not isinstance(raw.get("goal", ""), str):
-        problems.append("goal must be a string")
-    for key in _STRING_LISTS:
-        value = raw.get(key, [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            problems.append(f"{key} must be a list of strings")
-    decisions = raw.get("decisions", [])
-    if not isinstance(decisions, list):
-        problems.append("decisions must be a list")
-    else:
-        for i, d in enumerate(decisions):
-            if not isinstance(d, Mapping) or not isinstance(d.get("what"), str) \
-                    or not isinstance(d.get("why", ""), str):
-                problems.append(f"decisions[{i}] must be {{'what': str, 'why': str}}")
-    checks = raw.get("verification", [])
-    if not isinstance(checks, list):
-        problems.append("verification must be a list")
-    else:
-        for i, v in enumerate(checks):
-            if not isinstance(v, Mapping) or not isinstance(v.get("command"), str):
-                problems.append(f"verification[{i}] must have a 'command' string")
-            elif v.get("status", "unknown") not in STATUSES:
-                problems.append(f"verification[{i}].status {v.get('status')!r} is not one of {', '.join(STATUSES)}")
-            elif not isinstance(v.get("detail", ""), str):
-                problems.append(f"verification[{i}].detail must be a string")
-    covers = raw.get("covers", {})
-    if not isinstance(covers, Mapping):
-        problems.append("covers must be an object")
-    elif not isinstance(covers.get("count", 0), int):
-        problems.append("covers.count must be an integer")
-    known = {"schemaVersion", "goal", "covers", *LIST_FIELDS}
-    problems.extend(f"unknown field {k!r}" for k in raw if k not in known)
-    return problems
 
 
 def merge_unique(*groups: Iterable[str]) -> tuple[str, ...]:

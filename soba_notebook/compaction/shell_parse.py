@@ -12,9 +12,8 @@ command string:
   found, normalized so that later runs of the same check compare equal.
 
 Which simple command counts as a check, and how a check's output reads as ``passed`` /
-``failed`` / ``unknown`` (:func:`verification_status`, :func:`verification_outcome`), is
-:mod:`.verification`'s knowledge; this module asks it about each simple command and re-exports
-the public names, so ``from .shell_parse import verification_status`` keeps working.
+``failed`` / ``unknown``, is :mod:`.verification`'s knowledge; this module asks it about each
+simple command.
 
 Everything here is a pure function of its input. Nothing is executed and the filesystem is never
 touched; unknown or malformed input yields empty effects rather than an exception, because the
@@ -31,22 +30,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .shell_syntax import Segment, split_commands
-from .verification import MAX_CHECK_CHARS as MAX_CHECK_CHARS  # re-exported: public here before the split
-from .verification import (
-    _basename,
-    _check_text,
-    _positionals,
-    _verification_kind,
-    verification_outcome,
-    verification_status,
-)
+from .verification import _basename, _check_text, _positionals, _verification_kind
 
 __all__ = [
     "ShellEffects",
     "classify_shell_command",
     "normalize_path",
-    "verification_outcome",
-    "verification_status",
 ]
 
 #: Longest command text analysed; the rest of a pathological command is ignored.

@@ -14,8 +14,7 @@ owns that knowledge, on both sides of a run:
   test runners and linters) into ``passed`` / ``failed`` / ``unknown``.
 
 Splitting a command line, following ``cd`` and finding the files it touches stay in
-:mod:`.shell_parse`, which calls the command side for each simple command and re-exports the
-public names, so ``from .shell_parse import verification_status`` keeps working. The command
+:mod:`.shell_parse`, which calls the command side for each simple command. The command
 side's helpers are package-internal: :mod:`.shell_parse` imports them, and with them the two argv
 helpers ``_basename`` and ``_positionals`` that its file-effect rules share. They live here
 because this module is the leaf of the two: it must not import :mod:`.shell_parse`.

@@ -24,9 +24,9 @@ What an import promises:
 
 The building blocks the format modules share (:class:`ImportLog`, :class:`Planned`,
 :class:`Converted` and the small value normalizers) are the contract between the converters and
-the writer; they live in :mod:`._common`, which the converters import, and are re-exported here.
-The converters themselves are imported lazily, when a transcript of their format is imported, so
-importing this package stays cheap.
+the writer; they live in :mod:`._common`, which the converters import, and are implementation,
+not part of this package's public names. The converters themselves are imported lazily, when a
+transcript of their format is imported, so importing this package stays cheap.
 """
 
 from __future__ import annotations
@@ -43,44 +43,19 @@ from typing import Any
 from ..errors import SessionError
 from ..session.entries import Entry, new_id
 from ..session.store import BatchEntryError, SessionStore
-from ._common import (
-    IMAGE_PLACEHOLDER,
-    Converted,
-    ImportLog,
-    Planned,
-    assistant_data,
-    content_text,
-    iso_timestamp,
-    parse_arguments,
-    tool_data,
-    unknown_block,
-    usage_json,
-    user_data,
-)
+from ._common import Converted, ImportLog, Planned
 from .detect import FORMATS, detect_format, detect_format_of
 from .fleet import FolderImport, import_transcripts, transcript_files
 
 __all__ = [
     "FORMATS",
-    "IMAGE_PLACEHOLDER",
-    "Converted",
     "FolderImport",
-    "ImportLog",
     "ImportReport",
-    "Planned",
-    "assistant_data",
-    "content_text",
     "detect_format",
     "import_transcript",
     "import_transcript_with_report",
     "import_transcripts",
-    "iso_timestamp",
-    "parse_arguments",
-    "tool_data",
     "transcript_files",
-    "unknown_block",
-    "usage_json",
-    "user_data",
 ]
 
 

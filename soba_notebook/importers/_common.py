@@ -11,8 +11,7 @@ the same neutral message form: timestamps (:func:`iso_timestamp`), tool-call arg
 (:func:`user_data`, :func:`assistant_data`, :func:`tool_data`).
 
 It is a leaf of the package: it imports neither the converters nor the package ``__init__``, so
-both can import it at module level. The package re-exports every public name, so
-``from soba_notebook.importers import iso_timestamp`` keeps working.
+both can import it at module level.
 """
 
 from __future__ import annotations

@@ -36,8 +36,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..compaction.capsule import Capsule, Decision, Verification, validate_capsule_json
+from ..compaction.capsule import Capsule, Decision, Verification
 from ..errors import CapsuleFormatError, SobaError
+from ..session.capsule_schema import validate_capsule_json
 from .redact import redact_portable
 
 __all__ = [

@@ -12,7 +12,8 @@ import json
 import re
 from typing import Any
 
-from ..compaction.capsule import STATUSES, Capsule, Decision, EntryRange, Verification
+from ..compaction.capsule import Capsule, Decision, EntryRange, Verification
+from ..session.capsule_schema import STATUSES
 from .portable import (
     _BY_TITLE,
     _INT_RE,

@@ -22,8 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..compaction.capsule import Capsule, validate_capsule_json
+from ..compaction.capsule import Capsule
 from ..errors import CapsuleFormatError, SobaError
+from ..session.capsule_schema import validate_capsule_json
 from ..session.entries import Entry, now_iso
 from .portable import ID_PATTERN, SUFFIX, PortableCapsule, export, load
 
@@ -71,7 +72,7 @@ def mirror_decision(trigger: str, quality: str, problems: Sequence[str], explici
                     config_switch: bool) -> tuple[bool, str]:
     """Whether a capsule may be mirrored into Project Memory, and the reason. Pure.
 
-    ``problems`` is what :func:`~soba_notebook.compaction.capsule.validate_capsule_json` (and
+    ``problems`` is what :func:`~soba_notebook.session.capsule_schema.validate_capsule_json` (and
     the caller) found wrong with the capsule; ``explicit`` says the user asked for this compact;
     ``remember`` is ``%compact --remember``; ``config_switch`` is
     ``memory.mirrorExplicitCompacts``.

@@ -13,10 +13,11 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-from ..compaction.capsule import Capsule, render, validate_capsule_json
+from ..compaction.capsule import Capsule, render
 from ..errors import TurnCancelled
 from ..memory import handoff
 from ..memory.project import EXPLICIT_TRIGGER, ProjectMemory, mirror_decision
+from ..session.capsule_schema import validate_capsule_json
 from .controller import NotebookSession
 from .magic_args import Command, Flag, Parsed, Table
 

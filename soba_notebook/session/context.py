@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SessionWarning
+from .capsule_schema import validate_capsule_json
 from .entries import Entry
 
 __all__ = ["ModelContext", "build_context", "capsule_is_usable", "context_key", "context_start",
@@ -47,8 +48,6 @@ def capsule_is_usable(entry: Entry) -> bool:
     cached = _CAPSULE_OK.get(id(entry))
     if cached is not None and cached[0] is entry:
         return cached[1]
-    from ..compaction.capsule import validate_capsule_json  # lazy: compaction imports this module
-
     try:
         problems = validate_capsule_json(entry.data.get("state"))
     except RecursionError:

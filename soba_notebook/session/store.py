@@ -5,7 +5,7 @@ What this module guarantees:
 * **Append-only.** A line once written is never rewritten, truncated or removed. Rewind appends a
   ``leaf`` entry; upgrades and repairs happen in memory only.
 * **One write per entry.** An entry is serialized to one line and written with a single
-  ``write`` on an ``O_APPEND`` descriptor while an exclusive ``flock`` is held, so two kernels or
+  ``write`` on an ``O_APPEND`` descriptor while an exclusive lock (:mod:`..locking`) is held, so two kernels or
   processes appending to the same session never interleave. ``fsync`` is optional.
 * **Crash safety.** A torn last line (a writer killed mid-write, a write that failed on a full
   disk) is detected on open, reported once as a :class:`~soba_notebook.errors.SessionWarning`,
@@ -22,7 +22,6 @@ What this module guarantees:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import gc
 import json
 import os
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SessionError, SessionLockedError, SessionWarning, StaleLeafError
+from ..locking import lock_exclusive, lock_shared, unlock
 from .entries import Entry, new_id, now_iso
 from .jsonl import FORMAT_VERSION, parse_header, parse_lines, quarantine
 
@@ -123,11 +123,11 @@ class SessionStore:
         except OSError as exc:
             raise SessionError(f"{file}: cannot open session file ({exc.strerror})") from None
         with fh:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_SH)  # a writer mid-append finishes first
+            lock_shared(fh.fileno())  # a writer mid-append finishes first
             try:
                 size = os.fstat(fh.fileno()).st_size  # no writer is mid-append: these bytes are final
             finally:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+                unlock(fh.fileno())
             first = fh.readline(size)
             if not first.endswith(b"\n"):
                 raise SessionError(f"{file}:1: missing session header (file is empty or has no complete line)")
@@ -506,20 +506,19 @@ class SessionStore:
         try:
             deadline = time.monotonic() + self.lock_timeout
             delay = 0.001
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise SessionLockedError(
-                            f"{self.file}: session {self.id!r} is locked by another writer for more than "
-                            f"{self.lock_timeout:g}s; is another kernel still appending to it?") from None
-                    time.sleep(delay)
-                    delay = min(delay * 2, 0.05)
-            yield
+            while not lock_exclusive(fd, blocking=False):
+                if time.monotonic() >= deadline:
+                    raise SessionLockedError(
+                        f"{self.file}: session {self.id!r} is locked by another writer for more than "
+                        f"{self.lock_timeout:g}s; is another kernel still appending to it?")
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+            try:
+                yield
+            finally:
+                unlock(fd)  # before closing: Windows releases a closed handle's locks only eventually
         finally:
-            os.close(fd)  # releases the lock
+            os.close(fd)
 
 
 class BatchEntryError(SessionError):

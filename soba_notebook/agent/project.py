@@ -22,12 +22,15 @@ from ..providers.base import Provider
 from ..providers.factory import make_provider
 from ..session.store import SessionStore, list_sessions
 from .loop import Agent
+from .tools import ToolRegistry
 
-__all__ = ["AgentHandle", "open_agent", "project_paths"]
+__all__ = ["AgentHandle", "ProjectPaths", "open_agent", "project_paths"]
 
 
 @dataclass(frozen=True, slots=True)
 class ProjectPaths:
+    """Where a project's files live: everything soba writes is under ``<root>/.soba/``."""
+
     root: Path
     soba: Path
     sessions: Path
@@ -37,6 +40,7 @@ class ProjectPaths:
 
 
 def project_paths(project_dir: str | os.PathLike[str] | None = None) -> ProjectPaths:
+    """The :class:`ProjectPaths` of ``project_dir`` (default: the working directory)."""
     root = Path(project_dir or os.getcwd()).resolve()
     soba = root / ".soba"
     return ProjectPaths(root, soba, soba / "sessions", soba / "flight.jsonl", soba / "capsules", soba / "memory")
@@ -44,6 +48,8 @@ def project_paths(project_dir: str | os.PathLike[str] | None = None) -> ProjectP
 
 @dataclass(frozen=True, slots=True)
 class AgentHandle:
+    """An opened agent, the project paths it writes to, and whether the offline demo model answers."""
+
     agent: Agent
     paths: ProjectPaths
     offline: bool  # the offline scripted model is answering
@@ -63,8 +69,12 @@ def _model_block(config: SobaConfig) -> dict[str, Any]:
 def open_agent(project_dir: str | os.PathLike[str] | None = None, *, config: SobaConfig | None = None,
                overrides: Mapping[str, Any] | None = None, session: str | os.PathLike[str] | None = None,
                new: bool = False, provider: Provider | None = None, bus: EventBus | None = None,
-               user_namespace: dict[str, Any] | None = None) -> AgentHandle:
-    """An agent on the newest session of the project (or ``session``, or a new one)."""
+               user_namespace: dict[str, Any] | None = None, tools: ToolRegistry | None = None) -> AgentHandle:
+    """An agent on the newest session of the project (or ``session``, or a new one).
+
+    ``provider`` replaces the one the config's ``model`` block describes; ``tools`` replaces the
+    built-in tools (``default_tools(config.tools)`` and ``register`` your own on it).
+    """
     paths = project_paths(project_dir)
     config = config or load_config(project_dir=paths.root, overrides=overrides)
     store: SessionStore | None = None
@@ -90,5 +100,5 @@ def open_agent(project_dir: str | os.PathLike[str] | None = None, *, config: Sob
         workspace = paths.root / workspace
     agent = Agent(store, config, provider, workspace=workspace, bus=bus,
                   flight=FlightRecorder(paths.flight, store.id), user_namespace=user_namespace,
-                  summary_provider=summary_provider)
+                  summary_provider=summary_provider, tools=tools)
     return AgentHandle(agent, paths, bool(getattr(provider, "offline", False)))
