@@ -340,7 +340,31 @@ def test_a_server_that_generated_past_max_tokens_into_its_context_is_not_a_conte
         "(1267 in the messages, 2829 in the completion). Please reduce the length of the messages or completion."),
         type="invalid_request_error")
     result = asyncio.run(agent.run_turn("hello"))
-    assert result.outcome == "failed" and "generated 2,829 tokens, past max_tokens 400" in (result.error or "")
+    assert result.outcome == "failed" and "ran past its own context of 4,096 tokens" in (result.error or "")
+    assert "2,829 of them completion" in (result.error or "")
     assert not [e for e in agent.store.entries() if e.type == "capsule"], "nothing was compacted"
     fake_server.openai.enqueue(text="fine")
     assert asyncio.run(agent.run_turn("again")).outcome == "completed"
+
+
+def test_a_server_whose_own_prompt_grew_past_its_context_is_not_a_context_overflow_of_the_request(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    # llama-cpp-python appends the model's function calls to its own prompt until it overflows
+    # ("Requested tokens (4975) exceed context window of 4096"), for a request of ~1,400 tokens
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url, model={"maxOutputTokens": 400})
+    fake_server.openai.enqueue_error(400, message=(
+        "This model's maximum context length is 4096 tokens. However, you requested 5375 tokens "
+        "(4975 in the messages, 400 in the completion). Please reduce the length of the messages or completion."),
+        type="invalid_request_error")
+    result = asyncio.run(agent.run_turn("hello"))
+    assert result.outcome == "failed" and "ran past its own context" in (result.error or "")
+    assert not [e for e in agent.store.entries() if e.type == "capsule"], "nothing was compacted"
+
+
+def test_a_real_overflow_of_the_request_is_still_an_overflow() -> None:
+    from soba_notebook.providers.overflow import generated_past_its_context, overflow_error
+
+    body = ("This model's maximum context length is 4096 tokens. However, you requested 4400 tokens "
+            "(4336 in the messages, 64 in the completion).")
+    assert not generated_past_its_context(overflow_error("x", body), 64, estimated_input=4300)
+    assert generated_past_its_context(overflow_error("x", body), 64, estimated_input=1400)

@@ -273,13 +273,15 @@ class OpenAIChatProvider(RemoteProvider):
                 # error body (llama-cpp-python reports a context overflow only this way).
                 state = await self._request(request, exchange, stream=False)
         except ContextOverflowError as exc:
-            if not generated_past_its_context(exc, request.max_output_tokens):
+            if not generated_past_its_context(exc, request.max_output_tokens, request.estimated_input_tokens):
                 raise
             raise ProviderError(exchange.ctx.say(
-                f"the server generated {exc.completion_tokens:,} tokens, past max_tokens "
-                f"{request.max_output_tokens:,}, until its context of {exc.context_limit:,} was full; the "
-                f"request itself fits, so nothing was compacted (llama-cpp-python's automatic tool choice "
-                f"ignores max_tokens when the model answers in text)")) from exc
+                f"the server ran past its own context of {exc.context_limit:,} tokens while generating "
+                f"(it reports {exc.requested_tokens:,} tokens, {exc.completion_tokens or 0:,} of them completion, "
+                f"for a request of about {request.estimated_input_tokens or 0:,} tokens with max_tokens "
+                f"{request.max_output_tokens:,}); the request itself fits, so nothing was compacted "
+                "(llama-cpp-python's automatic tool choice ignores max_tokens when the model answers in text, "
+                "and appends the model's function calls to its own prompt)")) from exc
         if streaming and self.stream_mode == "auto" and self.quirks.streams_usage is not False:
             # one complete stream without usage is enough: some servers send it for some replies only
             self.quirks.streams_usage = state.usage is not None

@@ -111,13 +111,23 @@ def overflow_error(message: str, body_text: str, status: int | None = None) -> C
                                 completion_tokens=completion)
 
 
-def generated_past_its_context(error: ContextOverflowError, max_output_tokens: int) -> bool:
-    """True when the overflow was the server's own generation, not the request: it says it
-    produced more completion tokens than ``max_output_tokens`` allowed, and the prompt with that
-    allowance fits its context. (llama-cpp-python's automatic tool choice ignores ``max_tokens``
-    when the model answers in text, generates until the context is full, and reports that as a
-    context overflow.) Compacting would not help such a request; resending it would repeat it."""
+def generated_past_its_context(error: ContextOverflowError, max_output_tokens: int,
+                               estimated_input: int | None = None) -> bool:
+    """True when the overflow was the server's own generation, not the request that was sent.
+
+    Two shapes of it are recognised. The server says it produced more completion tokens than
+    ``max_output_tokens`` allowed while the prompt with that allowance fits its context; or the
+    prompt it says overflowed is far larger (1.5x) than the request sent (``estimated_input``,
+    SOBA's figure for it), which itself fits with its allowance. llama-cpp-python shows both: its
+    automatic tool choice ignores ``max_tokens`` when the model answers in text, and keeps
+    appending the model's function calls to its own prompt until that exceeds the context.
+    Compacting would not help such a request; resending it would repeat it.
+    """
     requested, limit, completion = error.requested_tokens, error.context_limit, error.completion_tokens
-    if requested is None or limit is None or completion is None or completion <= max_output_tokens:
+    if requested is None or limit is None:
         return False
-    return requested - completion + max_output_tokens <= limit
+    if completion is not None and completion > max_output_tokens:
+        return requested - completion + max_output_tokens <= limit
+    stated_prompt = requested - (completion or 0)
+    return (estimated_input is not None and estimated_input + max_output_tokens <= limit
+            and stated_prompt > 1.5 * estimated_input)
