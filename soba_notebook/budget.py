@@ -145,8 +145,8 @@ class BudgetTracker:
         estimate = self.counter.calibrated(self.estimate_raw())
         effective, source = estimate, "estimated"
         pos = self._usage_pos(start)
-        if pos is not None:
-            usage = self.store.get(self._path[pos]).usage  # type: ignore[index]
+        if pos is not None and self._path is not None:  # _catch_up has set the path
+            usage = self.store.get(self._path[pos]).usage
             if usage is not None and usage.prompt_tokens > 0:
                 appended = self._since(pos)  # the reply itself and everything after it
                 effective = usage.prompt_tokens + self.counter.calibrated(appended)
@@ -165,8 +165,8 @@ class BudgetTracker:
         """
         start = self._catch_up()
         pos = self._usage_pos(start)
-        if pos is not None:
-            usage = self.store.get(self._path[pos]).usage  # type: ignore[index]
+        if pos is not None and self._path is not None:  # _catch_up has set the path
+            usage = self.store.get(self._path[pos]).usage
             grown = reported_prompt - (usage.prompt_tokens if usage is not None else 0)
             span = self._since(pos)
             if usage is not None and usage.prompt_tokens > 0 and grown > 0 and span > 0:

@@ -87,7 +87,9 @@ def categorical(values: Iterable[str | None], categories: Sequence[str] | None =
                 continue
             code = codes_of[value] = len(codes_of)
         append(code)
-    return pd.Series(pd.Categorical.from_codes(codes, categories=list(codes_of)))
+    categorical = pd.Categorical.from_codes(  # type: ignore[call-overload]  # stubs: an Index; pandas: any list
+        codes, categories=list(codes_of))
+    return pd.Series(categorical)
 
 
 def utc_times(values: Iterable[str | None]) -> pd.Series:

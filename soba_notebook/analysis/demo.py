@@ -176,6 +176,7 @@ def _agent_session(root: Path, timeout: float) -> tuple[Path | None, str]:
         from ..agent import open_agent
     except ImportError as exc:
         return None, f"the agent package cannot run ({exc})"
+    prompts: tuple[str, ...]
     try:
         from ..demo.scenario import DEMO_PROMPTS as prompts
     except ImportError:

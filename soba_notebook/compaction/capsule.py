@@ -368,7 +368,8 @@ def _quoted_capsule(capsule: Capsule) -> Capsule:
             return replace(value, **{f.name: q(getattr(value, f.name)) for f in fields(value)})
         return value
 
-    return q(capsule)
+    quoted: Capsule = q(capsule)
+    return quoted
 
 
 def field_names() -> list[str]:

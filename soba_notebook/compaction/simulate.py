@@ -105,8 +105,11 @@ def replay(source: Sequence[Entry], config: SobaConfig, *, counter: TokenCounter
            base_tokens: int = 0, workdir: str | Path | None = None) -> SimulationResult:
     """Replay ``source`` (entries on a root-to-leaf path) and report every inference."""
     counter = counter or TokenCounter(config.model.model)
-    tmp = tempfile.TemporaryDirectory() if workdir is None else None
-    directory = Path(workdir) if workdir is not None else Path(tmp.name)  # type: ignore[union-attr]
+    tmp: tempfile.TemporaryDirectory[str] | None = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory()
+        workdir = tmp.name
+    directory = Path(workdir)
     try:
         return asyncio.run(_replay(source, config, counter, base_tokens, directory))
     finally:

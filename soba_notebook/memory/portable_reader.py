@@ -261,7 +261,7 @@ class Reader:
             if key in seen:
                 raise self.fail(n, f"section '## {title}': duplicated {key!r} (first on line {seen[key]})")
             seen[key] = n
-            value = self.scalar(m.group(2), n, f"{title}: {key}")  # type: ignore[union-attr]
+            value = self.scalar(m.group(2), n, f"{title}: {key}")  # type: ignore[union-attr]  # m matched: key "" raised above
             if key == "entries":
                 if not isinstance(value, int) or isinstance(value, bool):
                     raise self.fail(n, f"section '## {title}': entries must be an integer")

@@ -27,7 +27,7 @@ from ..errors import ConfigError
 from ..events import Event, EventBus
 from . import cellview
 from .cell_history import CellHistory, note_text
-from .display import budget_line, detect_frontend
+from .display import Frontend, budget_line, detect_frontend
 
 __all__ = ["OFFLINE_NOTICE", "NotebookSession"]
 
@@ -103,7 +103,7 @@ class NotebookSession:
     """The SOBA state of one kernel: lazily opened on the first magic that needs it."""
 
     def __init__(self, project_dir: str | os.PathLike[str] | None = None, *,
-                 user_namespace: dict[str, Any] | None = None, frontend: str | None = None,
+                 user_namespace: dict[str, Any] | None = None, frontend: Frontend | None = None,
                  overrides: Mapping[str, Any] | None = None, namespace_hidden: Mapping[str, Any] | None = None
                  ) -> None:
         self.project_dir = Path(project_dir or os.getcwd()).resolve()

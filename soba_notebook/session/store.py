@@ -436,9 +436,9 @@ class SessionStore:
         parts: list[bytes] = [b""] if self._needs_newline else []
         stamp = now_iso(self._clock() if self._clock else None)
         for i, entry in enumerate(entries):
-            entry = entry.with_ids(entry.id or new_id(), entry.parent_id if entry.parent_id is not None else leaf,
-                                   entry.ts or stamp)
-            if entry.id in self._by_id or entry.id in batch_ids:
+            eid = entry.id or new_id()
+            entry = entry.with_ids(eid, entry.parent_id if entry.parent_id is not None else leaf, entry.ts or stamp)
+            if eid in self._by_id or eid in batch_ids:
                 raise SessionError(f"{self.file}: entry {i} of the batch: id {entry.id!r} already exists; "
                                    f"nothing was appended")
             try:
@@ -449,7 +449,7 @@ class SessionStore:
             except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
                 raise BatchEntryError(i, f"{self.file}: entry {i} of the batch (type {entry.type!r}) cannot be "
                                           f"written: {exc}; nothing was appended") from exc
-            batch_ids.add(entry.id)  # type: ignore[arg-type]
+            batch_ids.add(eid)
             filled.append(entry)
             if entry.type == "leaf":
                 target = entry.data.get("targetId")
