@@ -22,6 +22,7 @@ from ..config import SobaConfig
 from ..errors import CompactionFailed
 from ..events import Event, EventBus
 from ..session.entries import Entry
+from ..session.payloads import checkpoint_data
 from ..session.store import SessionStore
 from ..tokens import TokenCounter
 from .barrier import CompactionEngine, capsule_of
@@ -132,8 +133,8 @@ async def _replay(source: Sequence[Entry], config: SobaConfig, counter: TokenCou
         if entry.role == "user" and entry.message.get("source") is None and records:
             engine.record_turn_complete()
             turn, turn_no = TurnState(), turn_no + 1
-        if entry.type == "checkpoint" and entry.data.get("kind") in ("milestone", "plan_pivot"):
-            engine.record_intent(str(entry.data["kind"]), str(entry.data.get("note", "")))
+        if entry.type == "checkpoint" and (mark := checkpoint_data(entry)).get("kind") in ("milestone", "plan_pivot"):
+            engine.record_intent(str(mark["kind"]), str(mark.get("note", "")))
         if entry.role == "assistant":
             before = engine.measure()
             ends.clear()

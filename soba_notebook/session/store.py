@@ -39,6 +39,7 @@ from typing import Any
 from ..errors import SessionError, SessionLockedError, SessionWarning, StaleLeafError
 from .entries import Entry, new_id, now_iso
 from .jsonl import FORMAT_VERSION, parse_header, parse_lines, quarantine
+from .payloads import leaf_data
 
 __all__ = ["FORMAT_VERSION", "BatchEntryError", "SessionInfo", "SessionStore", "list_sessions"]
 
@@ -232,7 +233,7 @@ class SessionStore:
         self._entries.append(entry)
         by_id[eid] = entry
         if entry.type == "leaf":
-            target = entry.data.get("targetId")
+            target = leaf_data(entry).get("targetId")
             if isinstance(target, str) and target in by_id:
                 self._set_leaf(target)
             else:
@@ -452,7 +453,7 @@ class SessionStore:
             batch_ids.add(eid)
             filled.append(entry)
             if entry.type == "leaf":
-                target = entry.data.get("targetId")
+                target = leaf_data(entry).get("targetId")
                 leaf = target if isinstance(target, str) and (target in self._by_id or target in batch_ids) else None
             else:
                 leaf = entry.id
