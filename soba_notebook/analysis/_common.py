@@ -28,6 +28,7 @@ import pandas as pd
 
 from ..errors import SessionError
 from ..session.entries import Entry
+from ..session.payloads import leaf_data
 from ..session.store import SessionStore
 from ..tokens import TokenCounter
 
@@ -237,7 +238,7 @@ def snapshot(session: SessionLike) -> Snapshot:
             continue
         by_id[eid] = entry
         if entry.type == "leaf":
-            target = entry.data.get("targetId")
+            target = leaf_data(entry).get("targetId")
             leaf = target if isinstance(target, str) and target in by_id else None
         else:
             leaf = eid

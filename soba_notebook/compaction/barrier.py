@@ -39,9 +39,12 @@ from ..scrub import Scrubber
 from ..session.entries import Entry
 from ..session.model_input import ModelInputBuilder
 from ..session.payloads import (
+    BudgetPayload,
     BudgetSource,
     CapsuleData,
     CompactionEndPayload,
+    CompactionProgressPayload,
+    CompactionStartPayload,
     KernelStateData,
     Outcome,
     Quality,
@@ -127,7 +130,8 @@ class _Phase:
         pct = max(self.percent, min(100, int(percent)))
         if pct != self.percent or phase in ("plan", "done"):
             self.percent = pct
-            self.bus.emit("compaction_progress", operation_id=self.operation_id, phase=phase, percent=pct)
+            self.bus.emit("compaction_progress", **CompactionProgressPayload(operation_id=self.operation_id,
+                                                                             phase=phase, percent=pct))
 
 
 class CompactionEngine:
@@ -332,9 +336,9 @@ class CompactionEngine:
         if isinstance(planned, str):
             # nothing to plan: still a terminal outcome, visible and recorded
             op = "op_" + secrets.token_hex(6)
-            self.bus.emit("compaction_start", operation_id=op, trigger=trigger_name(trigger),
-                          tokens_before=check.effective, hard_limit=check.hard_limit, soft_limit=check.soft_limit,
-                          source=check.source)
+            self.bus.emit("compaction_start", **CompactionStartPayload(
+                operation_id=op, trigger=trigger_name(trigger), tokens_before=check.effective,
+                hard_limit=check.hard_limit, soft_limit=check.soft_limit, source=check.source))
             return self._finish(op, trigger, "skipped", planned, check, None, started, before_generation=True)
         plan = planned
         self.bus.emit("compaction_start", **plan.to_event())
@@ -489,7 +493,8 @@ class CompactionEngine:
             quality=quality if outcome in ("completed", "skipped") else None, source=check.source, entry=entry,
             skipped_before_generation=before_generation)
         if outcome == "completed":
-            self.bus.emit("compaction_progress", operation_id=operation_id, phase="done", percent=100)
+            self.bus.emit("compaction_progress", **CompactionProgressPayload(operation_id=operation_id, phase="done",
+                                                                             percent=100))
         self.bus.emit("compaction_end", **result.to_event())
         if self.flight is not None:
             self.flight.record("compaction", {**result.to_event(), "hardLimit": check.hard_limit,
@@ -499,6 +504,7 @@ class CompactionEngine:
         return result
 
     def _budget_record(self, check: BudgetCheck, turn: TurnState) -> None:
-        self.bus.emit("budget", session_id=self.store.id, inference=turn.inferences, **check.to_event())
+        self.bus.emit("budget", **BudgetPayload(session_id=self.store.id, inference=turn.inferences,
+                                                **check.to_event()))
         if self.flight is not None:
             self.flight.record("budget", {"inference": turn.inferences, **check.to_event()})

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import CapsuleFormatError
+from ..session.payloads import VerificationStatus
 
 __all__ = [
     "CAPSULE_SCHEMA_VERSION",
@@ -57,7 +58,7 @@ class Verification:
     """A command that checks the work, and what it said the last time it ran."""
 
     command: str
-    status: str = "unknown"  # passed | failed | unknown
+    status: VerificationStatus = "unknown"
     detail: str = ""
 
     def to_json(self) -> dict[str, str]:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..session.entries import Entry
-from ..session.payloads import checkpoint_data, config_data
+from ..session.payloads import VerificationStatus, checkpoint_data, config_data
 from .capsule import Capsule, Decision, EntryRange, Verification, merge_unique, resolved_item, roll
 from .file_changes import FileChanges
 from .shell_parse import ShellEffects, classify_shell_command, normalize_path
@@ -206,7 +206,7 @@ class _Scan:
         self.changes[path] = (index, how)
 
     # -- verification --------------------------------------------------------------------------
-    def check(self, command: str, status: str, detail: str, index: int) -> None:
+    def check(self, command: str, status: VerificationStatus, detail: str, index: int) -> None:
         prior = self.checks.get(command)
         if prior is not None and status == "unknown" and prior[1].status != "unknown":
             return  # an unreadable rerun does not erase a known result

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, cast
 
 from ..compaction.capsule import STATUSES, Capsule, Decision, EntryRange, Verification
+from ..session.payloads import VerificationStatus
 from .portable import (
     _BY_TITLE,
     _INT_RE,
@@ -247,7 +248,7 @@ class Reader:
         if status not in STATUSES:
             raise self.fail(n, f"{where}: status {status!r} is not one of {', '.join(STATUSES)}")
         detail = self.text(detail_raw, n, f"{where}: detail") if detail_raw is not None else ""
-        return Verification(command, status, detail)
+        return Verification(command, cast(VerificationStatus, status), detail)  # checked against STATUSES above
 
     def covers(self, title: str, body: list[tuple[int, str]]) -> EntryRange:
         values: dict[str, Any] = {}

@@ -17,8 +17,8 @@ The event payloads live here, one floor above the bus (``events.py``, which carr
 because they speak the session's vocabulary.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: Required[...] must be evaluated when a class is made,
+# or the runtime's ``__required_keys__`` (which the tests read) would be empty.
 from typing import TYPE_CHECKING, Any, Literal, Required, TypedDict, cast
 
 if TYPE_CHECKING:
@@ -82,8 +82,8 @@ OperationTrigger = TriggerName | Literal["handoff"]
 BudgetSource = Literal["provider_usage", "estimated"]
 #: Roles of model-input messages.
 Role = Literal["user", "assistant", "tool"]
-#: How a turn ended (``turn_end.outcome``).
-TurnOutcome = Literal["completed", "cancelled", "failed"]
+#: How a turn ended (``turn_end.outcome``; ``stopped``: a per-turn limit ended it).
+TurnOutcome = Literal["completed", "cancelled", "failed", "stopped"]
 
 
 # -- entry data (stored form, camelCase) ----------------------------------------------------------
@@ -193,27 +193,27 @@ class ConfigData(TypedDict):
     changes: dict[str, Any]
 
 
-def message_data(entry: Entry) -> MessageData:
+def message_data(entry: "Entry") -> MessageData:
     """``entry.data`` of a ``message`` entry, typed (the same mapping: nothing is copied or checked)."""
     return cast("MessageData", entry.data)
 
 
-def capsule_data(entry: Entry) -> CapsuleData:
+def capsule_data(entry: "Entry") -> CapsuleData:
     """``entry.data`` of a ``capsule`` entry, typed (the same mapping: nothing is copied or checked)."""
     return cast("CapsuleData", entry.data)
 
 
-def checkpoint_data(entry: Entry) -> CheckpointData:
+def checkpoint_data(entry: "Entry") -> CheckpointData:
     """``entry.data`` of a ``checkpoint`` entry, typed (the same mapping: nothing is copied or checked)."""
     return cast("CheckpointData", entry.data)
 
 
-def leaf_data(entry: Entry) -> LeafData:
+def leaf_data(entry: "Entry") -> LeafData:
     """``entry.data`` of a ``leaf`` entry, typed (the same mapping: nothing is copied or checked)."""
     return cast("LeafData", entry.data)
 
 
-def config_data(entry: Entry) -> ConfigData:
+def config_data(entry: "Entry") -> ConfigData:
     """``entry.data`` of a ``config`` entry, typed (the same mapping: nothing is copied or checked)."""
     return cast("ConfigData", entry.data)
 
