@@ -153,9 +153,8 @@ class KernelStateData(TypedDict, total=False):
 
 
 class CapsuleData(KernelStateData, total=False):
-    """``data`` of a ``capsule`` entry. ``state`` is the capsule's JSON form (its schema is
-    :func:`~soba_notebook.compaction.capsule.validate_capsule_json`'s); a loaded Portable Capsule
-    adds ``loadedFrom``."""
+    """``data`` of a ``capsule`` entry. ``state`` is the capsule's JSON form (the schema that
+    ``validate_capsule_json`` checks); a loaded Portable Capsule adds ``loadedFrom``."""
 
     checkpointId: Required[str]
     firstKeptEntryId: Required[str | None]
