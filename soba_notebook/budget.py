@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from .session.entries import Entry
 from .session.model_input import ModelInputBuilder
+from .session.payloads import BudgetFields, BudgetSource, capsule_data
 from .session.store import SessionStore
 from .tokens import REPLY_PRIMING, TokenCounter
 
@@ -42,7 +43,7 @@ class BudgetCheck:
     hard_limit: int
     soft_limit: int
     context_window: int
-    source: str  # "provider_usage" | "estimated"
+    source: BudgetSource
     estimated: int  # our own (calibrated) estimate, whatever the source
     context_key: str
     leaf_id: str | None
@@ -55,7 +56,7 @@ class BudgetCheck:
     def over_soft(self) -> bool:
         return self.effective >= self.soft_limit
 
-    def to_event(self) -> dict[str, object]:
+    def to_event(self) -> BudgetFields:
         return {"effective": self.effective, "hard_limit": self.hard_limit, "soft_limit": self.soft_limit,
                 "context_window": self.context_window, "source": self.source}
 
@@ -78,7 +79,7 @@ class BudgetTracker:
         self.soft = soft
         self.base_tokens = base_tokens
         self.inputs = inputs if inputs is not None else ModelInputBuilder(store)
-        self._capsule_tokens = capsule_tokens or (lambda e: counter.count_text(str(e.data.get("state", ""))))
+        self._capsule_tokens = capsule_tokens or (lambda e: counter.count_text(str(capsule_data(e).get("state", ""))))
         self._reset()
 
     def _reset(self) -> None:
@@ -143,10 +144,11 @@ class BudgetTracker:
     def check(self) -> BudgetCheck:
         start = self._catch_up()
         estimate = self.counter.calibrated(self.estimate_raw())
-        effective, source = estimate, "estimated"
+        effective = estimate
+        source: BudgetSource = "estimated"
         pos = self._usage_pos(start)
-        if pos is not None:
-            usage = self.store.get(self._path[pos]).usage  # type: ignore[index]
+        if pos is not None and self._path is not None:  # _catch_up has set the path
+            usage = self.store.get(self._path[pos]).usage
             if usage is not None and usage.prompt_tokens > 0:
                 appended = self._since(pos)  # the reply itself and everything after it
                 effective = usage.prompt_tokens + self.counter.calibrated(appended)
@@ -165,8 +167,8 @@ class BudgetTracker:
         """
         start = self._catch_up()
         pos = self._usage_pos(start)
-        if pos is not None:
-            usage = self.store.get(self._path[pos]).usage  # type: ignore[index]
+        if pos is not None and self._path is not None:  # _catch_up has set the path
+            usage = self.store.get(self._path[pos]).usage
             grown = reported_prompt - (usage.prompt_tokens if usage is not None else 0)
             span = self._since(pos)
             if usage is not None and usage.prompt_tokens > 0 and grown > 0 and span > 0:

@@ -390,7 +390,8 @@ def _check_consistency(config: SobaConfig) -> None:
             f"compacted", source=src(key), key=key, value=c.keep_recent_tokens)
 
 
-def _read_layer(path: Path) -> Mapping[str, Any] | None:
+def _read_layer(path: Path) -> Any:
+    """The parsed JSON of one config file (any shape: :func:`_merge` checks it), None when absent."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -83,7 +83,8 @@ def _msvcrt_lock(fd: int, blocking: bool) -> bool:
     try:
         while True:
             try:
-                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+                # the stubs declare msvcrt's functions for Windows only; this runs only there
+                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined,unused-ignore]
                 return True
             except OSError:
                 if not blocking:

@@ -103,8 +103,8 @@ class Scrubber:
         found = secret_variables(env)
         for name in extra_names:
             value = env.get(name) if name else None
-            if isinstance(value, str) and len(value) >= MIN_SECRET_LENGTH:
-                found[name] = value  # type: ignore[index]
+            if name and isinstance(value, str) and len(value) >= MIN_SECRET_LENGTH:
+                found[name] = value
         pairs = [(n, v) for n, v in found.items()]
         known = {v for _, v in pairs}
         pairs += [(EXPLICIT_SECRET, v) for v in extra_values if v and len(v) >= 4 and v not in known]
@@ -121,7 +121,10 @@ class Scrubber:
             if value in text:
                 text = text.replace(value, marker(name))
         for kind, pattern in TOKEN_PATTERNS:
-            text = pattern.sub(lambda m, kind=kind: (m.groupdict().get("keep") or "") + marker(kind), text)
+            def keep_and_mark(m: re.Match[str], kind: str = kind) -> str:
+                return (m.groupdict().get("keep") or "") + marker(kind)
+
+            text = pattern.sub(keep_and_mark, text)
         return text
 
     def json(self, value: Any) -> Any:

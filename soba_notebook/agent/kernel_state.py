@@ -87,7 +87,7 @@ def _fmt_shape(shape: tuple[int, ...]) -> str:
 
 
 def _columns(value: Any, limit: int = MAX_COLUMNS) -> str:
-    dtypes = getattr(value, "dtypes", None)
+    dtypes: Any = getattr(value, "dtypes", None)
     items = list(dtypes.items()) if hasattr(dtypes, "items") else []
     shown = ", ".join(f"{str(k)[:40]} {v}" for k, v in items[:limit])
     return shown + (f", +{len(items) - limit:,} more" if len(items) > limit else "")

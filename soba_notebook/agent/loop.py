@@ -50,6 +50,16 @@ from ..session.entries import (
     tool_result,
     user_message,
 )
+from ..session.payloads import (
+    ErrorPayload,
+    MessageDeltaPayload,
+    ToolEndPayload,
+    ToolStartPayload,
+    TurnEndPayload,
+    TurnOutcome,
+    TurnStartPayload,
+    config_data,
+)
 from ..session.store import SessionStore
 from ..textclip import head_tail
 from ..tokens import TokenCounter
@@ -72,8 +82,8 @@ to read any earlier entry exactly."""
 
 @dataclass(frozen=True, slots=True)
 class TurnResult:
-    #: completed | cancelled | failed | stopped (a per-turn limit ended it; ``error`` says which)
-    outcome: str
+    #: ``stopped``: a per-turn limit ended it (``error`` says which)
+    outcome: TurnOutcome
     text: str = ""
     error: str | None = None
     inferences: int = 0
@@ -89,11 +99,11 @@ class _TurnRun:
     written: list[str] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     repeats: Counter[str] = field(default_factory=Counter)
-    outcome: str = "completed"
+    outcome: TurnOutcome = "completed"
     error: str | None = None
     retry_limit: tuple[int, int] | None = None
 
-    def end(self, outcome: str, error: str | None = None) -> bool:
+    def end(self, outcome: TurnOutcome, error: str | None = None) -> bool:
         """End the turn with ``outcome``; ``False`` so a step can ``return run.end(...)``."""
         self.outcome, self.error = outcome, error
         return False
@@ -149,7 +159,7 @@ class Agent:
 
     def _restore_skills(self) -> None:
         for entry in reversed(self.store.path()):
-            changes = entry.data.get("changes") if entry.type == "config" else None
+            changes = config_data(entry).get("changes") if entry.type == "config" else None
             if isinstance(changes, Mapping) and isinstance(changes.get("activeSkills"), list):
                 self.skills.set_active(changes["activeSkills"])
                 return
@@ -180,7 +190,8 @@ class Agent:
         cancel = cancel or CancelToken()
         self.tool_context.cancel = cancel
         self.refresh_secrets()
-        self.bus.emit("turn_start", session_id=self.store.id, prompt=prompt[:200], provider=self.provider.label)
+        self.bus.emit("turn_start", **TurnStartPayload(session_id=self.store.id, prompt=prompt[:200],
+                                                       provider=self.provider.label))
         run = _TurnRun()
         try:
             await self._turn_steps(run, prompt, cancel)
@@ -189,7 +200,7 @@ class Agent:
         except asyncio.CancelledError:
             run.outcome = "cancelled"
             self._close_dangling(run.written)
-            self.bus.emit("turn_end", session_id=self.store.id, outcome=run.outcome, error=None)
+            self.bus.emit("turn_end", **TurnEndPayload(session_id=self.store.id, outcome=run.outcome, error=None))
             raise
         except SobaError as exc:
             run.end("failed", str(exc))
@@ -274,8 +285,8 @@ class Agent:
         if run.outcome == "completed" and self.config.compaction.compact_on_turn_complete:
             self.engine.record_turn_complete()
         if run.error and run.outcome == "failed":  # a stopped turn is a limit doing its job, not an error
-            self.bus.emit("error", source="agent", message=run.error)
-        self.bus.emit("turn_end", session_id=self.store.id, outcome=run.outcome, error=run.error)
+            self.bus.emit("error", **ErrorPayload(source="agent", message=run.error))
+        self.bus.emit("turn_end", **TurnEndPayload(session_id=self.store.id, outcome=run.outcome, error=run.error))
         return TurnResult(run.outcome, "\n\n".join(run.texts), run.error, run.turn.inferences, tuple(run.written))
 
     async def compact(self, instructions: str | None = None, cancel: CancelToken | None = None) -> CompactionOutcome:
@@ -309,9 +320,10 @@ class Agent:
         def on_event(event: StreamEvent) -> None:
             if event.kind == "text":
                 streamed.append(event.data.get("text", ""))
-                self.bus.emit("message_delta", text=event.data.get("text", ""))
+                self.bus.emit("message_delta", **MessageDeltaPayload(text=event.data.get("text", "")))
             elif event.kind == "retry":
-                self.bus.emit("error", source="provider", message=f"retrying: {dict(event.data)}", retry=True)
+                self.bus.emit("error", **ErrorPayload(source="provider", message=f"retrying: {dict(event.data)}",
+                                                      retry=True))
 
         task = asyncio.ensure_future(self.provider.complete(request, on_event=on_event))
         waiter = asyncio.ensure_future(cancel.wait())
@@ -375,16 +387,17 @@ class Agent:
             if bad_arguments is not None:
                 self._answer_without_running(call, written, bad_arguments)
                 continue
-            self.bus.emit("tool_start", call_id=call.id, name=call.name, arguments=dict(call.arguments))
+            self.bus.emit("tool_start", **ToolStartPayload(call_id=call.id, name=call.name,
+                                                           arguments=dict(call.arguments)))
             result = await self.tools.run(call.name, call.arguments, self.tool_context)
             entry = self._append(tool_result(call.id, call.name, result.content, is_error=result.is_error,
                                              cancelled=result.cancelled, full_chars=result.full_chars,
                                              exit_code=result.data.get("exit_code"),
                                              files_changed=result.data.get("files_changed")))
             written.append(entry.id or "")
-            self.bus.emit("tool_end", call_id=call.id, name=call.name, is_error=result.is_error,
-                          cancelled=result.cancelled,
-                          content=head_tail(self._scrubber.text(result.content)))
+            self.bus.emit("tool_end", **ToolEndPayload(call_id=call.id, name=call.name, is_error=result.is_error,
+                                                       cancelled=result.cancelled,
+                                                       content=head_tail(self._scrubber.text(result.content))))
             if result.cancelled or cancel.cancelled:
                 return "cancelled"
             if call.name in ("activate_skill", "deactivate_skill") and result.data.get("changed"):
@@ -398,11 +411,12 @@ class Agent:
 
     def _answer_without_running(self, call: ToolCall, written: list[str], message: str) -> None:
         """Record an error result for a call that is not run, so the transcript stays paired."""
-        self.bus.emit("tool_start", call_id=call.id, name=call.name, arguments=dict(call.arguments))
+        self.bus.emit("tool_start", **ToolStartPayload(call_id=call.id, name=call.name,
+                                                       arguments=dict(call.arguments)))
         entry = self._append(tool_result(call.id, call.name, message, is_error=True))
         written.append(entry.id or "")
-        self.bus.emit("tool_end", call_id=call.id, name=call.name, is_error=True, cancelled=False,
-                      content=message)
+        self.bus.emit("tool_end", **ToolEndPayload(call_id=call.id, name=call.name, is_error=True, cancelled=False,
+                                                   content=message))
 
     def _close_dangling(self, written: list[str]) -> None:
         """Give every tool call of this turn that has no result a recorded cancelled result."""

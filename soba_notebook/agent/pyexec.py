@@ -124,8 +124,9 @@ def _execute_python(code: str, namespace: dict[str, Any], filename: str,
         try:
             tree = ast.parse(code, filename, "exec")
             last: ast.Expression | None = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = ast.Expression(tree.body.pop().value)
+            if tree.body and isinstance(tail := tree.body[-1], ast.Expr):
+                tree.body.pop()
+                last = ast.Expression(tail.value)
             body = compile(tree, filename, "exec", flags=flags)
             _run_code(body, namespace)
             if last is None:

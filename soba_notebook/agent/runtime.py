@@ -17,7 +17,7 @@ import asyncio
 import concurrent.futures
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -136,12 +136,12 @@ class AgentRuntime:
             return len(self._queue)
 
     # -- other coroutines on the agent's loop ------------------------------------------------
-    def call(self, fn: Callable[[], Awaitable[T]], timeout: float | None = None) -> T:
+    def call(self, fn: Callable[[], Coroutine[Any, Any, T]], timeout: float | None = None) -> T:
         """Run a coroutine (``%compact``) on the agent's loop and wait for it."""
-        return asyncio.run_coroutine_threadsafe(fn(), self._loop).result(timeout)  # type: ignore[arg-type]
+        return asyncio.run_coroutine_threadsafe(fn(), self._loop).result(timeout)
 
-    def spawn(self, fn: Callable[[], Awaitable[Any]]) -> concurrent.futures.Future[Any]:
-        return asyncio.run_coroutine_threadsafe(fn(), self._loop)  # type: ignore[arg-type]
+    def spawn(self, fn: Callable[[], Coroutine[Any, Any, Any]]) -> concurrent.futures.Future[Any]:
+        return asyncio.run_coroutine_threadsafe(fn(), self._loop)
 
     def close(self, timeout: float = 5.0) -> None:
         with self._lock:

@@ -104,7 +104,7 @@ class ToolContext:
     store: SessionStore | None = None
     user_namespace: dict[str, Any] | None = None
     record_intent: Callable[[str, str], bool] | None = None
-    append_checkpoint: Callable[[str, str], None] | None = None
+    append_checkpoint: Callable[[str, str], object] | None = None
     skills: SkillRegistry | None = None
     cancel: CancelToken | None = None
     spill_dir: Path | None = None

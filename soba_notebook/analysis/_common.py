@@ -28,6 +28,7 @@ import pandas as pd
 
 from ..errors import SessionError
 from ..session.entries import Entry
+from ..session.payloads import leaf_data
 from ..session.store import SessionStore
 from ..tokens import TokenCounter
 
@@ -87,7 +88,9 @@ def categorical(values: Iterable[str | None], categories: Sequence[str] | None =
                 continue
             code = codes_of[value] = len(codes_of)
         append(code)
-    return pd.Series(pd.Categorical.from_codes(codes, categories=list(codes_of)))
+    categorical = pd.Categorical.from_codes(  # type: ignore[call-overload]  # stubs: an Index; pandas: any list
+        codes, categories=list(codes_of))
+    return pd.Series(categorical)
 
 
 def utc_times(values: Iterable[str | None]) -> pd.Series:
@@ -235,7 +238,7 @@ def snapshot(session: SessionLike) -> Snapshot:
             continue
         by_id[eid] = entry
         if entry.type == "leaf":
-            target = entry.data.get("targetId")
+            target = leaf_data(entry).get("targetId")
             leaf = target if isinstance(target, str) and target in by_id else None
         else:
             leaf = eid

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..config import SobaConfig, load_config
 from ..session.entries import Entry
+from ..session.payloads import capsule_data
 from ..tokens import REPLY_PRIMING
 from ._common import (
     OUTCOME_CATEGORIES,
@@ -138,7 +139,7 @@ def _from_session(snap: Snapshot, config: SobaConfig) -> list[_Row]:
     for i, entry in enumerate(path):
         cum_at.append(cum)
         if entry.type == "capsule":
-            first = entry.data.get("firstKeptEntryId")
+            first = capsule_data(entry).get("firstKeptEntryId")
             start = i + 1
             if isinstance(first, str):
                 start = next((j for j in range(i - 1, -1, -1) if path[j].id == first), i + 1)

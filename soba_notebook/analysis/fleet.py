@@ -13,7 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -35,10 +35,11 @@ def _simulate_session(session: str, configs: Mapping[str, SobaConfig], base_toke
     """All configs of one session (runs in a worker): one row each, or the error in each row."""
     try:
         snap = snapshot(session)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for name, cfg in configs.items():
-            rows.append({"session": session, "config": name,
-                         **_run(snap, cfg, base_tokens).summary().to_dict(), "error": None})
+            # a Series' to_dict is typed with Hashable keys; a summary row's index is its column names
+            summary = cast(dict[str, Any], _run(snap, cfg, base_tokens).summary().to_dict())
+            rows.append({"session": session, "config": name, **summary, "error": None})
         return rows
     except Exception as exc:  # one broken transcript must not sink a fleet of hundreds
         return [{"session": session, "config": name, "error": f"{type(exc).__name__}: {exc}"} for name in configs]
@@ -106,6 +107,6 @@ def simulate_many(sessions: SessionLike | Iterable[SessionLike],
         if col in _BOOL_COLUMNS:
             out[col] = frame[col].astype("boolean")
         else:
-            out[col] = pd.array(frame[col].tolist(), dtype="Int64")  # type: ignore[assignment]
+            out[col] = pd.array(frame[col].tolist(), dtype="Int64")  # type: ignore[assignment]  # array is a column too
     out["error"] = frame["error"].astype("string")
     return pd.DataFrame(out, columns=list(FLEET_COLUMNS))

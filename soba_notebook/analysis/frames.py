@@ -20,6 +20,7 @@ from ..errors import SessionError
 from ..flight import read_flight_records
 from ..session.context import build_context
 from ..session.entries import Entry
+from ..session.payloads import capsule_data, message_data
 from ..session.store import SessionStore
 from ..tokens import TokenCounter
 from ._common import (
@@ -66,12 +67,12 @@ def capsule_cost(entry: Entry, counter: TokenCounter) -> int:
     try:
         return counter.count_message(capsule_message(entry))
     except Exception:
-        return counter.count_text(str(entry.data.get("state", "")))
+        return counter.count_text(str(capsule_data(entry).get("state", "")))
 
 
 def _first_kept_index(path: Sequence[Entry], capsule_index: int) -> int:
     """Where the verbatim tail of the capsule at ``capsule_index`` starts (as build_context does)."""
-    first = path[capsule_index].data.get("firstKeptEntryId")
+    first = capsule_data(path[capsule_index]).get("firstKeptEntryId")
     if isinstance(first, str):
         for i in range(capsule_index - 1, -1, -1):
             if path[i].id == first:
@@ -91,7 +92,7 @@ def _cover_path(path: Sequence[Entry], covered: dict[str, str]) -> None:
         if entry.type != "capsule":
             continue
         end = _first_kept_index(path, i)
-        ck = entry.data.get("checkpointId")
+        ck = capsule_data(entry).get("checkpointId")
         ck = ck if isinstance(ck, str) else (entry.id or "")
         for covered_entry in path[start:min(end, i)]:
             eid = covered_entry.id
@@ -167,7 +168,7 @@ def transcript(session: SessionLike) -> pd.DataFrame:
         stamps[i] = entry.ts if isinstance(entry.ts, str) else None
         lines[i] = entry.line
         if etype == "message":
-            msg = entry.data.get("message")
+            msg = message_data(entry).get("message")
             if isinstance(msg, Mapping):
                 role = msg.get("role")
                 roles[i] = role if isinstance(role, str) else None
@@ -181,9 +182,9 @@ def transcript(session: SessionLike) -> pd.DataFrame:
             tokens[i] = count(entry)
         elif etype == "capsule":
             tokens[i] = capsule_cost(entry, counter)
-        else:
-            role = entry.data.get("role")
-            roles[i] = role if isinstance(role, str) else None
+        else:  # an entry type of another version or an import: whatever role it names
+            other = entry.data.get("role")
+            roles[i] = other if isinstance(other, str) else None
 
     return pd.DataFrame({
         "id": pd.Series(ids, dtype="string"),

@@ -312,7 +312,7 @@ def compare(session: SessionLike, configs: Mapping[str, Mapping[str, Any]], *, b
             for name, cfg in progress(resolved.items(), total=len(resolved), desc="simulating", unit="config")}
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.index.name = "config"
-    out = {}
+    out: dict[str, pd.Series] = {}
     for col in COMPARE_COLUMNS:
         if col in ("any_oversized", "pairs_intact"):
             out[col] = frame[col].astype(bool)

@@ -38,6 +38,19 @@ from ..flight import FlightRecorder
 from ..scrub import Scrubber
 from ..session.entries import Entry
 from ..session.model_input import ModelInputBuilder
+from ..session.payloads import (
+    BudgetPayload,
+    BudgetSource,
+    CapsuleData,
+    CompactionEndPayload,
+    CompactionProgressPayload,
+    CompactionStartPayload,
+    KernelStateData,
+    Outcome,
+    Quality,
+    TriggerName,
+    capsule_data,
+)
 from ..session.store import SessionStore
 from ..tokens import REPLY_PRIMING, TokenCounter
 from .capsule import Capsule, render, roll, with_facts
@@ -55,6 +68,7 @@ from .triggers import (
     choose_trigger,
     post_generation_roi,
     pre_generation_roi,
+    trigger_name,
 )
 
 __all__ = ["OUTCOMES", "CompactionEngine", "CompactionOutcome", "capsule_message", "capsule_of"]
@@ -65,15 +79,15 @@ OUTCOMES = ("completed", "skipped", "cancelled", "stale", "failed")
 @dataclass(frozen=True, slots=True)
 class CompactionOutcome:
     operation_id: str
-    trigger: str
-    outcome: str
+    trigger: TriggerName
+    outcome: Outcome
     reason: str | None
     tokens_before: int
     tokens_after: int
     checkpoint_id: str | None
     duration_ms: int
-    quality: str | None
-    source: str
+    quality: Quality | None
+    source: BudgetSource
     entry: Entry | None = None
     #: skipped before any summary was generated (pre-generation ROI, or no safe history)
     skipped_before_generation: bool = False
@@ -86,7 +100,7 @@ class CompactionOutcome:
     def reclaimed_percent(self) -> float:
         return round(100.0 * self.reclaimed_tokens / self.tokens_before, 1) if self.tokens_before else 0.0
 
-    def to_event(self) -> dict[str, Any]:
+    def to_event(self) -> CompactionEndPayload:
         return {"operation_id": self.operation_id, "trigger": self.trigger, "outcome": self.outcome,
                 "reason": self.reason, "tokens_before": self.tokens_before, "tokens_after": self.tokens_after,
                 "reclaimed_tokens": self.reclaimed_tokens, "reclaimed_percent": self.reclaimed_percent,
@@ -95,13 +109,14 @@ class CompactionOutcome:
 
 
 def capsule_of(entry: Entry) -> Capsule:
-    return Capsule.from_json(entry.data.get("state"), where=f"capsule entry {entry.id}")
+    return Capsule.from_json(capsule_data(entry).get("state"), where=f"capsule entry {entry.id}")
 
 
 def capsule_message(entry: Entry) -> dict[str, Any]:
     """The capsule entry as the first message of model input."""
-    text = render(capsule_of(entry), checkpoint_id=entry.data.get("checkpointId"),
-                  quality=str(entry.data.get("quality", "ok")), handoff=entry.data.get("trigger") == "capsule_load")
+    data = capsule_data(entry)
+    text = render(capsule_of(entry), checkpoint_id=data.get("checkpointId"),
+                  quality=str(data.get("quality", "ok")), handoff=data.get("trigger") == "capsule_load")
     return {"role": "user", "content": with_kernel_state(text, entry.data)}
 
 
@@ -115,7 +130,8 @@ class _Phase:
         pct = max(self.percent, min(100, int(percent)))
         if pct != self.percent or phase in ("plan", "done"):
             self.percent = pct
-            self.bus.emit("compaction_progress", operation_id=self.operation_id, phase=phase, percent=pct)
+            self.bus.emit("compaction_progress", **CompactionProgressPayload(operation_id=self.operation_id,
+                                                                             phase=phase, percent=pct))
 
 
 class CompactionEngine:
@@ -147,7 +163,7 @@ class CompactionEngine:
         self.scrub: Callable[[Any], Any] = lambda value: value
         #: the kernel's variables for the capsule's kernel-state section (set by the notebook layer)
         self.kernel_state: KernelStateProvider | None = None
-        self._kernel_now: dict[str, Any] = {}
+        self._kernel_now: KernelStateData = {}
 
     # -- configuration -----------------------------------------------------------------------
     @property
@@ -268,16 +284,16 @@ class CompactionEngine:
                     f"{keep:,} kept verbatim (keepRecentTokens)")
         previous = capsule_of(capsule_entry) if capsule_entry is not None else None
         return CompactionPlan(
-            operation_id="op_" + secrets.token_hex(6), trigger=str(trigger), leaf_id=self.store.leaf_id,
+            operation_id="op_" + secrets.token_hex(6), trigger=trigger_name(trigger), leaf_id=self.store.leaf_id,
             tokens_before=check.effective, source=check.source, hard_limit=check.hard_limit,
             soft_limit=check.soft_limit, keep_recent_tokens=keep, summarize=tuple(entries[:cut]),
             first_kept_entry_id=entries[cut].id if cut < len(entries) else None,
             kept_tokens=sum(tokens[cut:]), summarized_tokens=sum(tokens[:cut]), previous_capsule=previous,
-            previous_checkpoint_id=capsule_entry.data.get("checkpointId") if capsule_entry else None,
+            previous_checkpoint_id=capsule_data(capsule_entry).get("checkpointId") if capsule_entry else None,
             instructions=instructions)
 
     async def summarize_current(self, *, instructions: str | None = None,
-                                cancel: CancelToken | None = None) -> tuple[Capsule, str, str | None]:
+                                cancel: CancelToken | None = None) -> tuple[Capsule, Quality, str | None]:
         """A capsule of the whole current context, for an intentional handoff (``%capsule create``).
 
         Same summarizer, timeout, fallback and fact merging as a compaction, but nothing is cut
@@ -292,7 +308,7 @@ class CompactionEngine:
             soft_limit=check.soft_limit, keep_recent_tokens=0, summarize=tuple(entries), first_kept_entry_id=None,
             kept_tokens=0, summarized_tokens=sum(self.counter.count_entry(e) for e in entries),
             previous_capsule=capsule_of(capsule_entry) if capsule_entry is not None else None,
-            previous_checkpoint_id=capsule_entry.data.get("checkpointId") if capsule_entry else None,
+            previous_checkpoint_id=capsule_data(capsule_entry).get("checkpointId") if capsule_entry else None,
             instructions=instructions)
         cancel = cancel or CancelToken()
         silent = _Phase(EventBus(), plan.operation_id)
@@ -320,8 +336,9 @@ class CompactionEngine:
         if isinstance(planned, str):
             # nothing to plan: still a terminal outcome, visible and recorded
             op = "op_" + secrets.token_hex(6)
-            self.bus.emit("compaction_start", operation_id=op, trigger=str(trigger), tokens_before=check.effective,
-                          hard_limit=check.hard_limit, soft_limit=check.soft_limit, source=check.source)
+            self.bus.emit("compaction_start", **CompactionStartPayload(
+                operation_id=op, trigger=trigger_name(trigger), tokens_before=check.effective,
+                hard_limit=check.hard_limit, soft_limit=check.soft_limit, source=check.source))
             return self._finish(op, trigger, "skipped", planned, check, None, started, before_generation=True)
         plan = planned
         self.bus.emit("compaction_start", **plan.to_event())
@@ -359,12 +376,16 @@ class CompactionEngine:
             if cancel.cancelled:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
             checkpoint_id = "ck_" + secrets.token_hex(5)
-            capsule_entry = Entry("capsule", self.scrub({
+            data: CapsuleData = {
                 "checkpointId": checkpoint_id, "firstKeptEntryId": plan.first_kept_entry_id,
-                "trigger": str(trigger), "quality": quality, "state": Scrubber.from_environ().json(capsule.to_json()),
+                "trigger": trigger_name(trigger), "quality": quality,
+                "state": Scrubber.from_environ().json(capsule.to_json()),
                 "tokensBefore": plan.tokens_before, "tokensAfter": after, "source": plan.source,
                 "operationId": plan.operation_id, "previousCheckpointId": plan.previous_checkpoint_id,
-                "summarizedEntries": plan.entry_count, "note": note, **self._kernel_now}), parent_id=plan.leaf_id)
+                "summarizedEntries": plan.entry_count, "note": note}
+            if "kernelState" in self._kernel_now:  # the only field kernel_state_field writes
+                data["kernelState"] = self._kernel_now["kernelState"]
+            capsule_entry = Entry("capsule", self.scrub(data), parent_id=plan.leaf_id)
             try:
                 entry = self.store.append(capsule_entry, expect_leaf=plan.leaf_id)
             except StaleLeafError:
@@ -380,7 +401,7 @@ class CompactionEngine:
             return self._finish(plan.operation_id, trigger, "failed", f"{type(exc).__name__}: {exc}", check, None,
                                 started)
 
-    def _shrink(self, plan: CompactionPlan, check: BudgetCheck) -> tuple[CompactionPlan, Capsule, str, str] | None:
+    def _shrink(self, plan: CompactionPlan, check: BudgetCheck) -> tuple[CompactionPlan, Capsule, Quality, str] | None:
         for fraction in (0.5, 0.0):
             smaller = self.plan(Trigger(plan.trigger), check, instructions=plan.instructions,
                                 max_tail_tokens=int(self._max_tail(check) * fraction))
@@ -395,7 +416,7 @@ class CompactionEngine:
         return None
 
     async def _generate(self, plan: CompactionPlan, cancel: CancelToken,
-                        progress: _Phase) -> tuple[Capsule, str, str | None]:
+                        progress: _Phase) -> tuple[Capsule, Quality, str | None]:
         entries = list(plan.summarize)
         facts = extract_facts(entries)
         fallback = deterministic_capsule(entries, plan.previous_capsule, plan.previous_checkpoint_id)
@@ -448,7 +469,7 @@ class CompactionEngine:
                 return done
             progress("summarize", 10 + 69 * min(1.0, (loop.time() - start) / timeout))
 
-    def _measure_after(self, plan: CompactionPlan, capsule: Capsule, quality: str) -> int:
+    def _measure_after(self, plan: CompactionPlan, capsule: Capsule, quality: Quality) -> int:
         """Exact size of the continuation: base + rendered capsule + retained tail."""
         text = with_kernel_state(render(capsule, checkpoint_id="ck_0000000000", quality=quality), self._kernel_now)
         capsule_cost = self.counter.count_message({"role": "user", "content": text})
@@ -460,19 +481,20 @@ class CompactionEngine:
         return self.counter.calibrated(self.base_tokens + capsule_cost + tail + REPLY_PRIMING)
 
     # -- reporting ---------------------------------------------------------------------------
-    def _finish(self, operation_id: str, trigger: Trigger | str, outcome: str, reason: str | None,
+    def _finish(self, operation_id: str, trigger: Trigger, outcome: Outcome, reason: str | None,
                 check: BudgetCheck, entry: Entry | None, started: float, *, tokens_after: int | None = None,
-                quality: str | None = None, checkpoint_id: str | None = None,
+                quality: Quality | None = None, checkpoint_id: str | None = None,
                 before_generation: bool = False) -> CompactionOutcome:
         result = CompactionOutcome(
-            operation_id=operation_id, trigger=str(trigger), outcome=outcome, reason=reason,
+            operation_id=operation_id, trigger=trigger_name(trigger), outcome=outcome, reason=reason,
             tokens_before=check.effective,
             tokens_after=tokens_after if tokens_after is not None and outcome == "completed" else check.effective,
             checkpoint_id=checkpoint_id, duration_ms=round((self.clock() - started) * 1000),
             quality=quality if outcome in ("completed", "skipped") else None, source=check.source, entry=entry,
             skipped_before_generation=before_generation)
         if outcome == "completed":
-            self.bus.emit("compaction_progress", operation_id=operation_id, phase="done", percent=100)
+            self.bus.emit("compaction_progress", **CompactionProgressPayload(operation_id=operation_id, phase="done",
+                                                                             percent=100))
         self.bus.emit("compaction_end", **result.to_event())
         if self.flight is not None:
             self.flight.record("compaction", {**result.to_event(), "hardLimit": check.hard_limit,
@@ -482,6 +504,7 @@ class CompactionEngine:
         return result
 
     def _budget_record(self, check: BudgetCheck, turn: TurnState) -> None:
-        self.bus.emit("budget", session_id=self.store.id, inference=turn.inferences, **check.to_event())
+        self.bus.emit("budget", **BudgetPayload(session_id=self.store.id, inference=turn.inferences,
+                                                **check.to_event()))
         if self.flight is not None:
             self.flight.record("budget", {"inference": turn.inferences, **check.to_event()})

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..errors import CapsuleFormatError
 from ..session.capsule_schema import CAPSULE_SCHEMA_VERSION, validate_capsule_json
+from ..session.payloads import VerificationStatus
 
 __all__ = [
     "Capsule",
@@ -54,7 +55,7 @@ class Verification:
     """A command that checks the work, and what it said the last time it ran."""
 
     command: str
-    status: str = "unknown"  # passed | failed | unknown
+    status: VerificationStatus = "unknown"
     detail: str = ""
 
     def to_json(self) -> dict[str, str]:
@@ -318,7 +319,8 @@ def _quoted_capsule(capsule: Capsule) -> Capsule:
             return replace(value, **{f.name: q(getattr(value, f.name)) for f in fields(value)})
         return value
 
-    return q(capsule)
+    quoted: Capsule = q(capsule)
+    return quoted
 
 
 def field_names() -> list[str]:

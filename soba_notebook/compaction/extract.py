@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..session.entries import Entry
+from ..session.payloads import VerificationStatus, checkpoint_data, config_data
 from .capsule import Capsule, Decision, EntryRange, Verification, merge_unique, resolved_item, roll
 from .file_changes import FileChanges
 from .shell_parse import ShellEffects, classify_shell_command, normalize_path
@@ -205,7 +206,7 @@ class _Scan:
         self.changes[path] = (index, how)
 
     # -- verification --------------------------------------------------------------------------
-    def check(self, command: str, status: str, detail: str, index: int) -> None:
+    def check(self, command: str, status: VerificationStatus, detail: str, index: int) -> None:
         prior = self.checks.get(command)
         if prior is not None and status == "unknown" and prior[1].status != "unknown":
             return  # an unreadable rerun does not erase a known result
@@ -272,10 +273,11 @@ def _scan(entries: Sequence[Entry], initial_skills: Iterable[str] = ()) -> _Scan
                 for call_id, name, args in _tool_calls(message):
                     _tool_call(scan, index, name, args, results.get(call_id) if call_id else None)
         elif entry.type == "checkpoint":
-            kind, note = entry.data.get("kind"), entry.data.get("note")
+            mark = checkpoint_data(entry)
+            kind, note = mark.get("kind"), mark.get("note")
             scan.checkpoint(kind if isinstance(kind, str) else "", note if isinstance(note, str) else "", index)
         elif entry.type == "config":
-            changes = entry.data.get("changes")
+            changes = config_data(entry).get("changes")
             skills = changes.get("activeSkills") if isinstance(changes, Mapping) else None
             if isinstance(skills, list):
                 scan.skills = list(merge_unique(s for s in skills if isinstance(s, str)))

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..session.payloads import KernelStateData
+
 __all__ = ["KernelStateProvider", "kernel_state_field", "kernel_state_text", "with_kernel_state"]
 
 #: Returns ``name: summary`` lines, most recently changed first, already bounded and scrubbed.
@@ -32,7 +34,7 @@ _LOADED = ("## Kernel state of the source session (informative only: these varia
            "unless recreated)")
 
 
-def kernel_state_field(provider: KernelStateProvider | None) -> dict[str, Any]:
+def kernel_state_field(provider: KernelStateProvider | None) -> KernelStateData:
     """``{"kernelState": [...]}`` for a capsule entry, or ``{}`` without a provider or variables.
 
     A provider that fails costs the section, never the compaction.

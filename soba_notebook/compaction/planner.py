@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ..session.context import context_start
 from ..session.entries import Entry
+from ..session.payloads import BudgetSource, CompactionStartPayload, OperationTrigger
 from .capsule import Capsule
 
 __all__ = ["CompactionPlan", "context_slice", "find_cut_point", "valid_boundaries"]
@@ -83,10 +84,10 @@ class CompactionPlan:
     """Everything one compaction will do, fixed before it starts."""
 
     operation_id: str
-    trigger: str
+    trigger: OperationTrigger
     leaf_id: str | None
     tokens_before: int
-    source: str
+    source: BudgetSource
     hard_limit: int
     soft_limit: int
     keep_recent_tokens: int
@@ -102,7 +103,7 @@ class CompactionPlan:
     def entry_count(self) -> int:
         return len(self.summarize)
 
-    def to_event(self) -> dict[str, object]:
+    def to_event(self) -> CompactionStartPayload:
         return {"operation_id": self.operation_id, "trigger": self.trigger, "tokens_before": self.tokens_before,
                 "hard_limit": self.hard_limit, "soft_limit": self.soft_limit, "source": self.source,
                 "summarized_entries": self.entry_count, "summarized_tokens": self.summarized_tokens,

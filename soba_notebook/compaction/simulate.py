@@ -22,6 +22,7 @@ from ..config import SobaConfig
 from ..errors import CompactionFailed
 from ..events import Event, EventBus
 from ..session.entries import Entry
+from ..session.payloads import checkpoint_data
 from ..session.store import SessionStore
 from ..tokens import TokenCounter
 from .barrier import CompactionEngine, capsule_of
@@ -105,8 +106,11 @@ def replay(source: Sequence[Entry], config: SobaConfig, *, counter: TokenCounter
            base_tokens: int = 0, workdir: str | Path | None = None) -> SimulationResult:
     """Replay ``source`` (entries on a root-to-leaf path) and report every inference."""
     counter = counter or TokenCounter(config.model.model)
-    tmp = tempfile.TemporaryDirectory() if workdir is None else None
-    directory = Path(workdir) if workdir is not None else Path(tmp.name)  # type: ignore[union-attr]
+    tmp: tempfile.TemporaryDirectory[str] | None = None
+    if workdir is None:
+        tmp = tempfile.TemporaryDirectory()
+        workdir = tmp.name
+    directory = Path(workdir)
     try:
         return asyncio.run(_replay(source, config, counter, base_tokens, directory))
     finally:
@@ -129,8 +133,8 @@ async def _replay(source: Sequence[Entry], config: SobaConfig, counter: TokenCou
         if entry.role == "user" and entry.message.get("source") is None and records:
             engine.record_turn_complete()
             turn, turn_no = TurnState(), turn_no + 1
-        if entry.type == "checkpoint" and entry.data.get("kind") in ("milestone", "plan_pivot"):
-            engine.record_intent(str(entry.data["kind"]), str(entry.data.get("note", "")))
+        if entry.type == "checkpoint" and (mark := checkpoint_data(entry)).get("kind") in ("milestone", "plan_pivot"):
+            engine.record_intent(str(mark["kind"]), str(mark.get("note", "")))
         if entry.role == "assistant":
             before = engine.measure()
             ends.clear()

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from ..errors import CapsuleFormatError
 from ..session.entries import Entry
+from ..session.payloads import checkpoint_data
 from ..tokens import TokenCounter
 from .capsule import Capsule, roll
 
@@ -148,7 +149,8 @@ def serialize_entries(entries: Sequence[Entry]) -> str:
     out: list[str] = []
     for e in entries:
         if e.type == "checkpoint":
-            out.append(f"[checkpoint {e.data.get('kind')}] {e.data.get('note', '')}")
+            mark = checkpoint_data(e)
+            out.append(f"[checkpoint {mark.get('kind')}] {mark.get('note', '')}")
             continue
         if not e.is_model_input:
             continue

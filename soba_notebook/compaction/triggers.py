@@ -13,9 +13,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import cast
 
 from ..budget import BudgetCheck
 from ..config import CompactionConfig
+from ..session.payloads import TriggerName
 
 __all__ = [
     "EXEMPT_FROM_SOFT_ROI",
@@ -29,6 +31,7 @@ __all__ = [
     "choose_trigger",
     "post_generation_roi",
     "pre_generation_roi",
+    "trigger_name",
 ]
 
 
@@ -40,6 +43,11 @@ class Trigger(StrEnum):
     AUTO_THRESHOLD = "auto_threshold"
     USER = "user"
     CONTEXT_OVERFLOW = "context_overflow"
+
+
+def trigger_name(trigger: Trigger) -> TriggerName:
+    """The trigger as stored and emitted: its value (the enum's values are exactly ``TriggerName``'s)."""
+    return cast(TriggerName, str(trigger))
 
 
 SOFT = frozenset({Trigger.MILESTONE, Trigger.PLAN_PIVOT, Trigger.TURN_COMPLETE, Trigger.AUTO_THRESHOLD})

@@ -29,6 +29,8 @@ import re
 import shlex
 from collections.abc import Iterator, Sequence
 
+from ..session.payloads import VerificationStatus
+
 __all__ = [
     "MAX_CHECK_CHARS",
     "verification_outcome",
@@ -311,7 +313,7 @@ NOT_THE_CHECKS_STATUS = "the line's exit status belongs to its last command, not
 
 def verification_outcome(content: str, is_error: bool | None, *,
                          exit_code_reliable: bool = True, exit_code: int | None = None,
-                         status_recorded: bool = False) -> tuple[str, str]:
+                         status_recorded: bool = False) -> tuple[VerificationStatus, str]:
     """``(status, detail)`` of a verification run from its tool result.
 
     The recorded exit status decides first, when the line's exit status is the check's own
@@ -349,6 +351,6 @@ def verification_outcome(content: str, is_error: bool | None, *,
     return "unknown", "" if exit_code_reliable else NOT_THE_CHECKS_STATUS
 
 
-def verification_status(content: str, is_error: bool | None) -> str:
+def verification_status(content: str, is_error: bool | None) -> VerificationStatus:
     """``passed`` | ``failed`` | ``unknown`` for a verification command's tool result."""
     return verification_outcome(content, is_error)[0]

@@ -170,7 +170,7 @@ def parse_arguments(raw: Any, where: str, log: ImportLog, call_id: str = "") -> 
             return {}
         try:
             parsed = json.loads(raw)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             log.problem(where, f"arguments of tool call {call_id!r} are not valid JSON (column {exc.pos + 1}: "
                                f"{exc.msg}); kept as {{\"_raw\": ...}}")
             return {"_raw": raw}

@@ -79,7 +79,7 @@ class _Assistant:
     api_error: bool = False
 
     def continues(self, line: Mapping[str, Any]) -> bool:
-        msg = line.get("message") if isinstance(line.get("message"), Mapping) else {}
+        msg = found if isinstance(found := line.get("message"), Mapping) else {}
         return (self.message_id is not None and msg.get("id") == self.message_id and bool(self.uuids)
                 and line.get("parentUuid") == self.uuids[-1] and bool(line.get("isSidechain")) == self.sidechain)
 
@@ -160,7 +160,7 @@ def _place(value: Mapping[str, Any], where: str) -> dict[str, Any]:
 def _start_assistant(value: Mapping[str, Any], where: str, log: ImportLog,
                      call_names: dict[str, str]) -> _Assistant:
     place = _place(value, where)
-    msg = value.get("message") if isinstance(value.get("message"), Mapping) else {}
+    msg = found if isinstance(found := value.get("message"), Mapping) else {}
     draft = _Assistant(where, [place["ref"]] if place["ref"] else [], place["parent"] if place["tree"] else None,
                        bool(value.get("isSidechain")), msg.get("id") if isinstance(msg.get("id"), str) else None,
                        place["ts"])
@@ -173,7 +173,7 @@ def _add_assistant_line(draft: _Assistant, value: Mapping[str, Any], where: str,
                         call_names: dict[str, str]) -> None:
     if isinstance(value.get("uuid"), str):
         draft.uuids.append(value["uuid"])
-    msg = value.get("message") if isinstance(value.get("message"), Mapping) else {}
+    msg = found if isinstance(found := value.get("message"), Mapping) else {}
     _blocks_into(draft, msg, where, log, call_names)
 
 
@@ -230,7 +230,7 @@ def _finish(draft: _Assistant) -> Planned:
 def _user(value: Mapping[str, Any], where: str, log: ImportLog, call_names: Mapping[str, str]) -> list[Planned]:
     place = _place(value, where)
     sidechain = bool(value.get("isSidechain"))
-    msg = value.get("message") if isinstance(value.get("message"), Mapping) else {}
+    msg = found if isinstance(found := value.get("message"), Mapping) else {}
     content = msg.get("content")
     source = ("claude_code_compact_summary" if value.get("isCompactSummary")
               else "claude_code_meta" if value.get("isMeta") else None)
@@ -269,7 +269,7 @@ def _system(value: Mapping[str, Any], where: str) -> Planned:
     place = _place(value, where)
     leaf = not value.get("isSidechain")
     if value.get("subtype") == "compact_boundary":
-        meta = value.get("compactMetadata") if isinstance(value.get("compactMetadata"), Mapping) else {}
+        meta = found if isinstance(found := value.get("compactMetadata"), Mapping) else {}
         data = {"source": "claude_code", "content": value.get("content"), "trigger": meta.get("trigger"),
                 "tokensBefore": meta.get("preTokens")}
         return Planned("imported_compaction", {k: v for k, v in data.items() if v is not None}, **place,

@@ -99,7 +99,7 @@ def _not_json(name: str, exc: ValueError) -> Exception:
 
 def _info(format: str, doc: Mapping[str, Any], log: ImportLog) -> dict[str, Any]:
     info: dict[str, Any] = {}
-    raw_info = doc.get("info") if isinstance(doc.get("info"), Mapping) else {}
+    raw_info = found if isinstance(found := doc.get("info"), Mapping) else {}
     if isinstance(raw_info.get("model_stats"), Mapping):
         info["modelStats"] = dict(raw_info["model_stats"])
     for key, out in (("exit_status", "exitStatus"), ("mini_version", "miniVersion"), ("swe_agent_version",
@@ -127,7 +127,7 @@ def _convert_messages(messages: Sequence[Any], lines: Sequence[int], log: Import
             log.skip("invalid_records")
             continue
         role: str = msg["role"]
-        extra = msg.get("extra") if isinstance(msg.get("extra"), Mapping) else {}
+        extra = found if isinstance(found := msg.get("extra"), Mapping) else {}
         ts_raw = msg.get("timestamp", extra.get("timestamp"))
         ts = iso_timestamp(ts_raw)
         if ts is None and ts_raw is not None:
@@ -163,7 +163,7 @@ def _assistant(msg: Mapping[str, Any], extra: Mapping[str, Any], index: int, whe
         if not isinstance(call, Mapping):
             log.problem(where, "a tool call is not an object; skipped")
             continue
-        fn = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+        fn = found if isinstance(found := call.get("function"), Mapping) else {}
         call_id = str(call.get("id") or "")
         name = str(fn.get("name") or call.get("name") or "")
         if not call_id:
@@ -180,7 +180,7 @@ def _assistant(msg: Mapping[str, Any], extra: Mapping[str, Any], index: int, whe
         call_names[call_id] = name
         calls.append({"id": call_id, "name": name,
                       "arguments": parse_arguments(legacy.get("arguments"), where, log, call_id)})
-    response = extra.get("response") if isinstance(extra.get("response"), Mapping) else {}
+    response = found if isinstance(found := extra.get("response"), Mapping) else {}
     usage = usage_json(msg.get("usage")) or usage_json(response.get("usage"))
     model = msg.get("model", response.get("model"))
     stop = msg.get("finish_reason")
@@ -214,6 +214,6 @@ def _tool(msg: Mapping[str, Any], extra: Mapping[str, Any], where: str, log: Imp
     if not isinstance(call_id, str):
         log.problem(where, "tool result names no call (no tool_call_id)")
         call_id = ""
-    name = msg.get("name") if isinstance(msg.get("name"), str) else call_names.get(call_id, "")
+    name = found if isinstance(found := msg.get("name"), str) else call_names.get(call_id, "")
     failed = bool(msg.get("is_error")) or bool(extra.get("exception_info")) or "exception" in extra
     return tool_data(call_id, name or "", text, is_error=failed, images=images, exit_code=extra.get("returncode"))

@@ -98,8 +98,8 @@ def _convert_record(record: JsonRecord, log: ImportLog, refs_by_index: Mapping[i
     ts = iso_timestamp(value.get("timestamp"))
     if ts is None and value.get("timestamp") is not None:
         log.problem(where, f"timestamp {value.get('timestamp')!r} is not a date; the import time is used")
-    base = {"where": where, "ref": own_id or f"#{record.line}.{record.part}", "keep_id": own_id is not None,
-            "parent": parent, "tree": own_id is not None, "ts": ts}
+    base: dict[str, Any] = {"where": where, "ref": own_id or f"#{record.line}.{record.part}",
+                            "keep_id": own_id is not None, "parent": parent, "tree": own_id is not None, "ts": ts}
 
     if kind == "message":
         msg = value.get("message")
@@ -131,7 +131,7 @@ def _convert_record(record: JsonRecord, log: ImportLog, refs_by_index: Mapping[i
                 data[key] = value[key]
         return Planned("imported_compaction", data, id_refs=("firstKeptEntryId",), **base)
     if kind == "branch_summary":
-        text = value.get("summary") if isinstance(value.get("summary"), str) else ""
+        text = found if isinstance(found := value.get("summary"), str) else ""
         return Planned("message", user_data(text, source="pi_branch_summary",
                                             imported={"fromId": value.get("fromId")}), **base)
     if kind == "custom_message":
@@ -174,7 +174,7 @@ def _message(msg: Mapping[str, Any], where: str, log: ImportLog) -> tuple[str, d
         if not isinstance(call_id, str):
             log.problem(where, "tool result without a toolCallId")
             call_id = ""
-        details = msg.get("details") if isinstance(msg.get("details"), Mapping) else {}
+        details = found if isinstance(found := msg.get("details"), Mapping) else {}
         return "message", tool_data(call_id, str(msg.get("toolName") or ""), text,
                                     is_error=bool(msg.get("isError")), images=images,
                                     exit_code=details.get("exitCode"),
@@ -188,7 +188,7 @@ def _message(msg: Mapping[str, Any], where: str, log: ImportLog) -> tuple[str, d
         text, images = content_text(msg.get("content"), where, log)
         return "message", user_data(text, images=images, source=f"pi_custom:{msg.get('customType', '')}")
     if role in ("branchSummary", "compactionSummary"):
-        summary = msg.get("summary") if isinstance(msg.get("summary"), str) else ""
+        summary = found if isinstance(found := msg.get("summary"), str) else ""
         source = "pi_branch_summary" if role == "branchSummary" else "pi_compaction_summary"
         return "message", user_data(summary, source=source)
     log.problem(where, f"unknown pi message role {role!r}; kept as imported_message, not model input")

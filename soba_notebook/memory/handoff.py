@@ -28,6 +28,7 @@ from typing import Any
 from ..compaction.capsule import Capsule
 from ..errors import CapsuleFormatError, SobaError
 from ..session.entries import Entry, now_iso
+from ..session.payloads import capsule_data
 from ..session.store import SessionStore
 from .leaf import bring_up_to_leaf
 from .portable import ID_PATTERN, QUALITIES, SUFFIX, PortableCapsule, export, export_text, load, new_capsule_id
@@ -133,14 +134,14 @@ def find_checkpoint(store: SessionStore, ck: str, *, project_root: str | os.Path
     ``project_root`` defaults to the session's project (:func:`project_root_of`).
     """
     for entry in reversed(_capsule_entries(store)):
-        if entry.data.get("checkpointId") == ck:
+        if capsule_data(entry).get("checkpointId") == ck:
             return _from_entry(store, entry)
     root = Path(project_root) if project_root is not None else project_root_of(store)
     if ID_PATTERN.fullmatch(ck):
         file = capsules_dir(root) / f"{ck}{SUFFIX}"
         if file.is_file():
             return load(file)
-    known = [str(e.data.get("checkpointId")) for e in _capsule_entries(store)]
+    known = [str(capsule_data(e).get("checkpointId")) for e in _capsule_entries(store)]
     created = sorted(p.name[: -len(SUFFIX)] for p in capsules_dir(root).glob(f"*{SUFFIX}")) \
         if capsules_dir(root).is_dir() else []
     raise CheckpointNotFoundError(
@@ -164,7 +165,7 @@ def export_checkpoint(store: SessionStore, project_root: str | os.PathLike[str],
 
 def kernel_state_of(entry: Entry) -> tuple[str, ...]:
     """The kernel state a ``capsule`` entry recorded (``kernelState``), or none."""
-    raw = entry.data.get("kernelState")
+    raw = capsule_data(entry).get("kernelState")
     return tuple(s for s in raw if isinstance(s, str)) if isinstance(raw, list) else ()
 
 

@@ -24,6 +24,7 @@ from ..compaction.extract import deterministic_capsule
 from ..errors import SobaError
 from ..session.context import context_start
 from ..session.entries import Entry
+from ..session.payloads import capsule_data
 from ..session.store import SessionStore
 from .portable import PortableCapsule
 
@@ -81,7 +82,7 @@ def bring_up_to_leaf(store: SessionStore, pc: PortableCapsule, *, kernel_state: 
     leaf = path[-1].id if path else None
     state = tuple(kernel_state) if kernel_state is not None else pc.kernel_state
     index = next((i for i, e in enumerate(path) if e.type == "capsule"
-                  and e.data.get("checkpointId") == pc.source_checkpoint), None)
+                  and capsule_data(e).get("checkpointId") == pc.source_checkpoint), None)
     if index is not None and pc.source_session == store.id:
         newer = entries_after(path, index)
     elif pc.source_session == store.id and pc.as_of is not None and pc.as_of in {e.id for e in path}:

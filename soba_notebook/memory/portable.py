@@ -268,10 +268,11 @@ def export_text(pc: PortableCapsule) -> str:
     loaded back (an id that cannot name a file, an unknown quality or verification status).
     """
     _check_exportable(pc)
-    header = {FORMAT_KEY: FORMAT_VERSION, "id": pc.id, "title": pc.title, "created": pc.created,
-              "source-session": pc.source_session, "source-checkpoint": pc.source_checkpoint,
-              "as-of": pc.as_of, "trigger": pc.trigger, "quality": pc.quality, "tokens": pc.token_count,
-              "hash": pc.content_hash}
+    header: dict[str, str | int | bool | None] = {
+        FORMAT_KEY: FORMAT_VERSION, "id": pc.id, "title": pc.title, "created": pc.created,
+        "source-session": pc.source_session, "source-checkpoint": pc.source_checkpoint,
+        "as-of": pc.as_of, "trigger": pc.trigger, "quality": pc.quality, "tokens": pc.token_count,
+        "hash": pc.content_hash}
     if pc.edited:
         header["edited"] = True
     parts = ["---", *(f"{k}: {_scalar(v)}" for k, v in header.items()), "---", "", _PREAMBLE]

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, cast
 
 from ..compaction.capsule import Capsule, Decision, EntryRange, Verification
 from ..session.capsule_schema import STATUSES
+from ..session.payloads import VerificationStatus
 from .portable import (
     _BY_TITLE,
     _INT_RE,
@@ -248,7 +249,7 @@ class Reader:
         if status not in STATUSES:
             raise self.fail(n, f"{where}: status {status!r} is not one of {', '.join(STATUSES)}")
         detail = self.text(detail_raw, n, f"{where}: detail") if detail_raw is not None else ""
-        return Verification(command, status, detail)
+        return Verification(command, cast(VerificationStatus, status), detail)  # checked against STATUSES above
 
     def covers(self, title: str, body: list[tuple[int, str]]) -> EntryRange:
         values: dict[str, Any] = {}
@@ -262,7 +263,7 @@ class Reader:
             if key in seen:
                 raise self.fail(n, f"section '## {title}': duplicated {key!r} (first on line {seen[key]})")
             seen[key] = n
-            value = self.scalar(m.group(2), n, f"{title}: {key}")  # type: ignore[union-attr]
+            value = self.scalar(m.group(2), n, f"{title}: {key}")  # type: ignore[union-attr]  # m matched: key "" raised above
             if key == "entries":
                 if not isinstance(value, int) or isinstance(value, bool):
                     raise self.fail(n, f"section '## {title}': entries must be an integer")

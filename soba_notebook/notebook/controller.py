@@ -25,9 +25,10 @@ from ..cancel import CancelToken
 from ..config import ConfigEdit, SobaConfig, config_edit, load_config
 from ..errors import ConfigError
 from ..events import Event, EventBus
+from ..session.payloads import BudgetPayload
 from . import cellview
 from .cell_history import CellHistory, note_text
-from .display import budget_line, detect_frontend
+from .display import Frontend, budget_line, detect_frontend
 
 __all__ = ["OFFLINE_NOTICE", "NotebookSession"]
 
@@ -103,7 +104,7 @@ class NotebookSession:
     """The SOBA state of one kernel: lazily opened on the first magic that needs it."""
 
     def __init__(self, project_dir: str | os.PathLike[str] | None = None, *,
-                 user_namespace: dict[str, Any] | None = None, frontend: str | None = None,
+                 user_namespace: dict[str, Any] | None = None, frontend: Frontend | None = None,
                  overrides: Mapping[str, Any] | None = None, namespace_hidden: Mapping[str, Any] | None = None
                  ) -> None:
         self.project_dir = Path(project_dir or os.getcwd()).resolve()
@@ -206,7 +207,7 @@ class NotebookSession:
         if fresh:
             # seed the display with the current budget so it is right before the first inference
             check = handle.agent.engine.measure()
-            self.bus.emit("budget", session_id=handle.store.id, inference=0, **check.to_event())
+            self.bus.emit("budget", **BudgetPayload(session_id=handle.store.id, inference=0, **check.to_event()))
         if hasattr(self.display, "flush"):
             self.display.flush()  # the state a saved notebook keeps is never an older one
         if show and self.frontend != "terminal":

@@ -38,7 +38,7 @@ def open_side_panel(widget: Any, key: str, *, title: str = PANEL_TITLE) -> bool:
     from IPython.display import display
 
     with _lock:
-        panel = _panels.get(key)
+        panel: Any = _panels.get(key)
         fresh = panel is None
         if fresh:
             panel = _panels[key] = Sidecar(title=f"{title} · {key}" if key else title, anchor="split-right")

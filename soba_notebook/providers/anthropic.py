@@ -273,13 +273,13 @@ class AnthropicProvider(RemoteProvider):
     def _apply(self, kind: str, payload: Mapping[str, Any], state: _StreamState, ctx: ErrorContext,
                emit: Callable[[StreamEvent], None]) -> None:
         if kind == "message_start":
-            message = payload.get("message") if isinstance(payload.get("message"), Mapping) else {}
+            message = found if isinstance(found := payload.get("message"), Mapping) else {}
             if isinstance(message.get("model"), str):
                 state.model = message["model"]
             self._read_usage(message.get("usage"), state)
         elif kind == "content_block_start":
             index = payload.get("index", len(state.blocks))
-            raw = payload.get("content_block") if isinstance(payload.get("content_block"), Mapping) else {}
+            raw = found if isinstance(found := payload.get("content_block"), Mapping) else {}
             block = _Block(str(raw.get("type", "")))
             if block.type == "tool_use":
                 block.id, block.name = str(raw.get("id", "")), str(raw.get("name", ""))
@@ -296,7 +296,7 @@ class AnthropicProvider(RemoteProvider):
         elif kind == "content_block_delta":
             self._apply_delta(payload, state, emit)
         elif kind == "message_delta":
-            delta = payload.get("delta") if isinstance(payload.get("delta"), Mapping) else {}
+            delta = found if isinstance(found := payload.get("delta"), Mapping) else {}
             if isinstance(delta.get("stop_reason"), str):
                 state.stop_reason = delta["stop_reason"]
             self._read_usage(payload.get("usage"), state)
@@ -312,7 +312,7 @@ class AnthropicProvider(RemoteProvider):
     @staticmethod
     def _apply_delta(payload: Mapping[str, Any], state: _StreamState, emit: Callable[[StreamEvent], None]) -> None:
         index = payload.get("index")
-        delta = payload.get("delta") if isinstance(payload.get("delta"), Mapping) else {}
+        delta = found if isinstance(found := payload.get("delta"), Mapping) else {}
         block = state.blocks.get(index) if isinstance(index, int) else None
         if block is None:  # a delta without its start: keep it rather than lose it
             block = state.blocks.setdefault(index if isinstance(index, int) else len(state.blocks),
@@ -343,7 +343,7 @@ class AnthropicProvider(RemoteProvider):
 
     @staticmethod
     def _stream_error(payload: Mapping[str, Any], ctx: ErrorContext) -> ProviderError:
-        error = payload.get("error") if isinstance(payload.get("error"), Mapping) else {}
+        error = found if isinstance(found := payload.get("error"), Mapping) else {}
         kind = str(error.get("type", "error"))
         status = _ERROR_STATUS.get(kind)
         text = json.dumps(payload, ensure_ascii=False)

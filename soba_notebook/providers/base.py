@@ -140,9 +140,15 @@ class ModelResponse:
 class Provider(Protocol):
     """What the agent needs from a model backend."""
 
-    name: str      # "openai" | "anthropic" | "scripted"
-    label: str     # human readable, e.g. "OpenAI-compatible · gpt-4o-mini @ https://api.openai.com/v1"
-    offline: bool  # True only for the scripted model
+    # Read-only members, so a class constant (the scripted model's) satisfies them as well as an attribute.
+    @property
+    def name(self) -> str: ...      # "openai" | "anthropic" | "scripted"
+
+    @property
+    def label(self) -> str: ...     # human readable, e.g. "OpenAI-compatible · gpt-4o-mini @ https://api.openai.com/v1"
+
+    @property
+    def offline(self) -> bool: ...  # True only for the scripted model
 
     async def complete(self, request: ModelRequest, *,
                        on_event: Callable[[StreamEvent], None] | None = None) -> ModelResponse: ...

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -29,6 +29,7 @@ from soba_notebook.errors import ConfigError
 from .anthropic import AnthropicProvider
 from .base import Provider
 from .openai import OpenAIChatProvider
+from .openai_compat import StreamMode
 from .remote import DEFAULT_IDLE_TIMEOUT, DEFAULT_REQUEST_TIMEOUT
 
 __all__ = ["OPENAI_COMPATIBLE", "PROVIDER_NAMES", "OpenAICompatibleDefaults", "make_provider"]
@@ -111,12 +112,13 @@ def make_provider(model_config: Mapping[str, Any], *,
                           key="model.baseUrl", value=base_url)
     key_env = _optional_str(model_config, "apiKeyEnv")
     context_window = _context_window(model_config)
-    timeouts = {"timeout": _seconds(model_config, "idleTimeoutMs", DEFAULT_IDLE_TIMEOUT),
-                "request_timeout": _seconds(model_config, "requestTimeoutMs", DEFAULT_REQUEST_TIMEOUT)}
+    idle_timeout = _seconds(model_config, "idleTimeoutMs", DEFAULT_IDLE_TIMEOUT)
+    request_timeout = _seconds(model_config, "requestTimeoutMs", DEFAULT_REQUEST_TIMEOUT)
     if name == "anthropic":
         return AnthropicProvider(model, base_url=base_url or "https://api.anthropic.com",
                                  api_key_env=key_env or "ANTHROPIC_API_KEY", transport=transport,
-                                 context_window=context_window, **timeouts)
+                                 context_window=context_window, timeout=idle_timeout,
+                                 request_timeout=request_timeout)
     defaults = OPENAI_COMPATIBLE[name]
     stream = model_config.get("stream") or "auto"
     if stream not in ("auto", "always", "never"):
@@ -125,4 +127,5 @@ def make_provider(model_config: Mapping[str, Any], *,
     return OpenAIChatProvider(model, base_url=base_url or defaults.base_url,
                               api_key_env=key_env or defaults.api_key_env, transport=transport,
                               context_window=context_window, display_name=defaults.display_name,
-                              stream=stream, **timeouts)
+                              stream=cast(StreamMode, stream), timeout=idle_timeout,
+                              request_timeout=request_timeout)

@@ -420,7 +420,7 @@ class OpenAIChatProvider(RemoteProvider):
             if not isinstance(call, Mapping):
                 continue
             slot = _slot_for(call, position, state)
-            function = call.get("function") if isinstance(call.get("function"), Mapping) else {}
+            function = found if isinstance(found := call.get("function"), Mapping) else {}
             call_id, name = call.get("id"), function.get("name")
             fresh = not slot.id and not slot.name
             if isinstance(call_id, str) and call_id and not slot.id:

@@ -148,7 +148,7 @@ def context_window_from_models(models: Any, model: str) -> int | None:
     entries = [m for m in models["data"] if isinstance(m, Mapping)]
     chosen = [m for m in entries if m.get("id") == model] or (entries if len(entries) == 1 else [])
     for entry in chosen:
-        meta = entry.get("meta") if isinstance(entry.get("meta"), Mapping) else {}
+        meta = found if isinstance(found := entry.get("meta"), Mapping) else {}
         for value in (entry.get("max_model_len"), entry.get("loaded_context_length"), meta.get("n_ctx"),
                       entry.get("context_length"), entry.get("context_window"), meta.get("n_ctx_train")):
             found = _positive_int(value)

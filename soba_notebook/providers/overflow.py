@@ -128,6 +128,9 @@ def generated_past_its_context(error: ContextOverflowError, max_output_tokens: i
         return False
     if completion is not None and completion > max_output_tokens:
         return requested - completion + max_output_tokens <= limit
-    stated_prompt = requested - (completion or 0)
-    return (estimated_input is not None and estimated_input + max_output_tokens <= limit
-            and stated_prompt > 1.5 * estimated_input)
+    if completion is None or estimated_input is None:
+        # only a message that splits prompt and completion (llama-cpp-python, vLLM) states a
+        # prompt precise enough to hold against SOBA's figure
+        return False
+    stated_prompt = requested - completion
+    return estimated_input + max_output_tokens <= 0.9 * limit and stated_prompt > 1.5 * estimated_input

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable
 from dataclasses import dataclass
 
 __all__ = ["SSEEvent", "SSEParser", "aiter_sse", "parse_sse"]
@@ -129,7 +129,7 @@ def parse_sse(chunks: Iterable[bytes | str]) -> list[SSEEvent]:
     return events
 
 
-async def aiter_sse(chunks: AsyncIterable[bytes]) -> AsyncIterator[SSEEvent]:
+async def aiter_sse(chunks: AsyncIterable[bytes]) -> AsyncGenerator[SSEEvent, None]:
     """Events from an async byte stream (an ``httpx`` response's ``aiter_bytes()``)."""
     parser = SSEParser()
     async for chunk in chunks:

@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import SessionWarning
 from .capsule_schema import validate_capsule_json
 from .entries import Entry
+from .payloads import capsule_data
 
 __all__ = ["ModelContext", "build_context", "capsule_is_usable", "context_key", "context_start",
            "latest_capsule_index", "pair_problems"]
@@ -49,7 +50,7 @@ def capsule_is_usable(entry: Entry) -> bool:
     if cached is not None and cached[0] is entry:
         return cached[1]
     try:
-        problems = validate_capsule_json(entry.data.get("state"))
+        problems = validate_capsule_json(capsule_data(entry).get("state"))
     except RecursionError:
         problems = ["nested too deeply"]
     if problems:
@@ -82,7 +83,7 @@ def context_start(path: Sequence[Entry]) -> tuple[int, Entry | None]:
     if cap_i is None:
         return 0, None
     capsule = path[cap_i]
-    first_kept = capsule.data.get("firstKeptEntryId")
+    first_kept = capsule_data(capsule).get("firstKeptEntryId")
     if isinstance(first_kept, str):
         for i in range(cap_i - 1, -1, -1):
             if path[i].id == first_kept:

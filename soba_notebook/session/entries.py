@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
+from .payloads import CheckpointData, ConfigData, LeafData
+
 __all__ = [
     "MESSAGE_TYPES_FOR_MODEL",
     "Entry",
@@ -233,14 +235,14 @@ def tool_result(tool_call_id: str, name: str, content: str, *, is_error: bool = 
 
 def checkpoint(kind: str, note: str = "") -> Entry:
     """A milestone or plan_pivot marker; compaction reads it as an intent."""
-    return Entry("checkpoint", {"kind": kind, "note": note})
+    return Entry("checkpoint", CheckpointData(kind=kind, note=note))
 
 
 def leaf_marker(target_id: str | None, reason: str = "rewind") -> Entry:
     """Moves the session leaf to ``target_id`` without touching any earlier line."""
-    return Entry("leaf", {"targetId": target_id, "reason": reason})
+    return Entry("leaf", LeafData(targetId=target_id, reason=reason))
 
 
 def config_change(changes: Mapping[str, Any]) -> Entry:
     """Records a configuration change (``auto: false``, a model switch…) in the transcript."""
-    return Entry("config", {"changes": dict(changes)})
+    return Entry("config", ConfigData(changes=dict(changes)))

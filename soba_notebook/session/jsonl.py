@@ -24,7 +24,7 @@ __all__ = ["FORMAT_VERSION", "parse_header", "parse_lines", "quarantine"]
 #: (newer ones read-only, with unknown entry types kept and ignored).
 FORMAT_VERSION = 1
 
-_SCANNER = json.scanner.make_scanner(json.JSONDecoder())
+_SCANNER = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: it takes the decoder
 _BAD = object()
 
 

@@ -39,6 +39,7 @@ from ..errors import SessionError, SessionLockedError, SessionWarning, StaleLeaf
 from ..locking import lock_exclusive, lock_shared, unlock
 from .entries import Entry, new_id, now_iso
 from .jsonl import FORMAT_VERSION, parse_header, parse_lines, quarantine
+from .payloads import leaf_data
 
 __all__ = ["FORMAT_VERSION", "BatchEntryError", "SessionInfo", "SessionStore", "list_sessions"]
 
@@ -232,7 +233,7 @@ class SessionStore:
         self._entries.append(entry)
         by_id[eid] = entry
         if entry.type == "leaf":
-            target = entry.data.get("targetId")
+            target = leaf_data(entry).get("targetId")
             if isinstance(target, str) and target in by_id:
                 self._set_leaf(target)
             else:
@@ -436,9 +437,9 @@ class SessionStore:
         parts: list[bytes] = [b""] if self._needs_newline else []
         stamp = now_iso(self._clock() if self._clock else None)
         for i, entry in enumerate(entries):
-            entry = entry.with_ids(entry.id or new_id(), entry.parent_id if entry.parent_id is not None else leaf,
-                                   entry.ts or stamp)
-            if entry.id in self._by_id or entry.id in batch_ids:
+            eid = entry.id or new_id()
+            entry = entry.with_ids(eid, entry.parent_id if entry.parent_id is not None else leaf, entry.ts or stamp)
+            if eid in self._by_id or eid in batch_ids:
                 raise SessionError(f"{self.file}: entry {i} of the batch: id {entry.id!r} already exists; "
                                    f"nothing was appended")
             try:
@@ -449,10 +450,10 @@ class SessionStore:
             except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
                 raise BatchEntryError(i, f"{self.file}: entry {i} of the batch (type {entry.type!r}) cannot be "
                                           f"written: {exc}; nothing was appended") from exc
-            batch_ids.add(entry.id)  # type: ignore[arg-type]
+            batch_ids.add(eid)
             filled.append(entry)
             if entry.type == "leaf":
-                target = entry.data.get("targetId")
+                target = leaf_data(entry).get("targetId")
                 leaf = target if isinstance(target, str) and (target in self._by_id or target in batch_ids) else None
             else:
                 leaf = entry.id
