@@ -163,6 +163,9 @@ def test_a_prompt_over_the_servers_context_gets_exactly_one_recovery_compaction_
     # publish its context), and the server answers an oversized stream with an empty 200 reply.
     config = project_config(server, auto=False, keepRecentTokens=300, minTokensForAutoCompact=20_000)
     config["model"].update({"contextWindow": 32_000, "stream": "always"})  # type: ignore[union-attr]
+    # one model step per turn: the retry after the recovery is the turn's last request, whatever
+    # a 135M model would do next (llama-cpp-python grows its own prompt with every function call)
+    config["agent"] = {"maxStepsPerTurn": 1}
     project = _project(tmp_path, config)
     kernel = Kernel(project, tmp_path / "home")
     try:
