@@ -108,6 +108,7 @@ def _model_input(store: SessionStore) -> list[Any]:
     return [e for e in store.path() if e.is_model_input]
 
 
+SERVER_RAN_PAST_ITS_CONTEXT = "the server ran past its own context"
 TOOL_NAMES = {"read_file", "write_file", "edit_file", "list_files", "glob", "grep", "shell", "python", "recall",
               "checkpoint", "activate_skill", "deactivate_skill", "variables"}
 
@@ -120,7 +121,10 @@ def test_real_model_turns_in_a_kernel_call_tools_report_usage_calibrate_and_summ
         for prompt in ("Read the file calc.py", "List the files in the workspace",
                        "Read calc.py again and tell me what add does", "Run python calc.py with the shell tool"):
             status, text = kernel.run(f"%soba {prompt}")
-            assert status == "ok", text
+            # A 135M model under llama-cpp-python's automatic tool choice can make the server run
+            # past its own context (it appends every function call to its own prompt); that turn
+            # fails saying so, without a traceback, and the session goes on.
+            assert status == "ok" or SERVER_RAN_PAST_ITS_CONTEXT in text, text
             assert "Traceback" not in text, text
         status, compact_text = kernel.run("%compact")
         assert status == "ok", compact_text
@@ -176,7 +180,7 @@ def test_a_prompt_over_the_servers_context_gets_exactly_one_recovery_compaction_
         status, second = kernel.run(f"%soba More notes; answer OK. {long_note}")
         assert status == "ok", second
         status, third = kernel.run("%soba Say hello")
-        assert status == "ok", third
+        assert status == "ok" or SERVER_RAN_PAST_ITS_CONTEXT in third, third
     finally:
         kernel.close()
     store = _session(project)
@@ -254,7 +258,7 @@ def test_cancel_while_the_real_model_answers_leaves_a_consistent_transcript_and_
     # llama-cpp-python's automatic tool choice may also run past max_tokens into the context;
     # that turn then fails saying so, and is not mistaken for an overflow of the request.)
     if again.outcome == "failed":
-        assert "ran past its own context" in (again.error or ""), again.error
+        assert SERVER_RAN_PAST_ITS_CONTEXT in (again.error or ""), again.error
     else:
         assert again.outcome in ("completed", "stopped") and again.inferences >= 1, again
     assert not [e for e in agent.store.entries() if e.type == "capsule"]
