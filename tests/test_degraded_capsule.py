@@ -56,3 +56,20 @@ def test_degraded_capsule_bounds_lists_by_merging_and_says_so() -> None:
     for item in PREVIOUS.done:
         assert item in _text(again.done)
     assert sum("merged to bound the capsule" in i for i in again.done) == 1
+
+
+def test_merged_items_stay_bounded_over_a_long_session_and_say_how_much_they_elided() -> None:
+    from soba_notebook.compaction.extract import MAX_MERGED_CHARS, _bounded
+
+    items = tuple(f"finished step {i} of the long refactor with its tests passing" for i in range(400))
+    bounded: tuple[str, ...] = ()
+    for start in range(0, 400, 20):  # roll 20 new items in at a time, as compactions do
+        bounded = _bounded((*bounded, *items[start:start + 20]), 12, "completed items")
+    assert len(bounded) == 12 and bounded[-1] == items[-1]
+    head = bounded[0]
+    assert head.startswith("[389 earlier completed items merged to bound the capsule] [… ")
+    assert len(head) < MAX_MERGED_CHARS + 200, "the capsule does not grow with the history"
+    elided = int(head.split("[… ", 1)[1].split(" characters", 1)[0].replace(",", ""))
+    kept = len(head.split("all …] ", 1)[1])
+    whole = len("; ".join(items[:389]))
+    assert elided + kept == whole, "every elided character is counted"

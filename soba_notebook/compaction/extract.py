@@ -504,15 +504,35 @@ def _merged_count(text: str) -> tuple[int, str]:
     return (int(match.group(1)), match.group(3)) if match else (1, text)
 
 
+#: Characters the merged item of one list may hold. Merging alone would let a capsule grow with
+#: the whole history (a long session's capsule then no longer fits its window, and every soft
+#: compaction misses its savings); past this bound the oldest merged text is elided with a marker
+#: that says so and where it is kept, never silently.
+MAX_MERGED_CHARS = 1_200
+_ELIDED = "[… {n:,} characters of the oldest merged items elided here; the transcript keeps them all …] "
+_ELIDED_AT_START = re.compile(r"^\[… ([\d,]+) characters of the oldest merged items elided here; "
+                              r"the transcript keeps them all …\] ")
+
+
 def _bounded(items: tuple[str, ...], limit: int, what: str) -> tuple[str, ...]:
-    """At most ``limit`` items without losing any: the oldest are merged, whole, into one first
-    item that says how many it holds (an earlier merged item is folded in, not nested)."""
+    """At most ``limit`` items: the oldest are merged into one first item that says how many it
+    holds (an earlier merged item is folded in, not nested); a merged text past
+    :data:`MAX_MERGED_CHARS` keeps its newest part and says how much older text it elided."""
     if len(items) <= limit:
         return items
     overflow = len(items) - limit + 1
     parts = [_merged_count(item) for item in items[:overflow]]
-    merged = f"[{sum(n for n, _ in parts)} earlier {what} merged to bound the capsule] " + "; ".join(
-        body for _, body in parts)
+    body = "; ".join(b for _, b in parts)
+    earlier = _ELIDED_AT_START.match(body)
+    elided = int(earlier.group(1).replace(",", "")) if earlier else 0
+    if earlier:
+        body = body[earlier.end():]
+    if len(body) > MAX_MERGED_CHARS:
+        elided += len(body) - MAX_MERGED_CHARS
+        body = body[len(body) - MAX_MERGED_CHARS:]
+    if elided:
+        body = _ELIDED.format(n=elided) + body
+    merged = f"[{sum(n for n, _ in parts)} earlier {what} merged to bound the capsule] {body}"
     return (merged, *items[overflow:])
 
 
