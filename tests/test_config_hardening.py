@@ -5,16 +5,15 @@ turn or says it applies after %soba --new."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from IPython.core.interactiveshell import InteractiveShell
+from test_magics import shell  # noqa: F401  (the magics' one shell fixture)
 
 from soba_notebook.config import SobaConfig, load_config
 from soba_notebook.errors import ConfigError
-from soba_notebook.notebook import controller as controller_module
 
 
 def _write(path: Path, text: str) -> Path:
@@ -63,21 +62,10 @@ def test_deeply_nested_config_json_is_a_config_error(tmp_path: Path) -> None:
         load_config(home=tmp_path / "h", project_dir=tmp_path / "p")
 
 
-@pytest.fixture
-def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(controller_module, "detect_frontend", lambda: "terminal")
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "soba_notebook")
-    try:
-        yield sh
-    finally:
-        sh.run_line_magic("unload_ext", "soba_notebook")
 
 
 def test_a_config_edited_during_a_session_applies_at_the_next_turn_or_says_when(
-        shell: InteractiveShell, tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch,
+        shell: InteractiveShell, tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch,  # noqa: F811
         capsys: pytest.CaptureFixture[str]) -> None:
     from soba_notebook.notebook import _LOADED
 

@@ -5,34 +5,22 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
+from test_magics import shell  # noqa: F401  (the magics' one shell fixture)
 
 import soba_notebook
 from soba_notebook.notebook import capsule_commands, soba_commands
-from soba_notebook.notebook import controller as controller_module
 from soba_notebook.notebook.magic_args import leading_options
 from soba_notebook.notebook.magics import RUN_OPTIONS, SobaMagics
 
 NOTEBOOK = Path(soba_notebook.__file__).parent / "notebook"
 
 
-@pytest.fixture
-def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(controller_module, "detect_frontend", lambda: "terminal")
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "soba_notebook")
-    try:
-        yield sh
-    finally:
-        sh.run_line_magic("unload_ext", "soba_notebook")
 
 
 def test_one_argument_parser_reads_every_magic() -> None:
@@ -57,7 +45,7 @@ def test_the_help_lists_exactly_the_subcommands_the_tables_dispatch() -> None:
         assert all(command.run is not None for command in table.commands)
 
 
-def test_an_unknown_flag_is_a_usage_error_naming_the_commands_usage(shell: InteractiveShell) -> None:
+def test_an_unknown_flag_is_a_usage_error_naming_the_commands_usage(shell: InteractiveShell) -> None:  # noqa: F811
     with pytest.raises(UsageError, match=re.escape("usage: %compact [--remember] [instructions]")):
         shell.run_line_magic("compact", "--fast focus")
     with pytest.raises(UsageError, match=re.escape("usage: %budget [--side]")):
@@ -78,7 +66,7 @@ def test_the_options_leading_a_prompt_are_read_and_the_rest_is_kept_as_typed() -
         leading_options("%soba", RUN_OPTIONS, "--model")
 
 
-def test_compact_instructions_are_free_text_with_quotes_kept_as_typed(shell: InteractiveShell, tmp_path: Path,
+def test_compact_instructions_are_free_text_with_quotes_kept_as_typed(shell: InteractiveShell, tmp_path: Path,  # noqa: F811
                                                                       fake_server: FakeServer,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """An apostrophe or a lone quote in the instructions is prose, not a shell quote to balance."""
