@@ -305,7 +305,9 @@ def plot_budget(data: pd.DataFrame | SessionLike, ax: Any = None, *, title: str 
     ax.set_ylabel("tokens")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize="x-small", framealpha=0.8)
+    # beside the axes, not over them: the labels are long and the curve fills the plot
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="x-small", framealpha=0.8,
+              borderaxespad=0.0)
     if title:
         ax.set_title(title)
     return ax
