@@ -19,7 +19,10 @@ from hypothesis import strategies as st
 
 from soba_notebook.compaction.capsule import Capsule, Decision, EntryRange, Verification
 from soba_notebook.errors import CapsuleFormatError
-from soba_notebook.memory import handoff
+from soba_notebook.memory import (
+    handoff,
+    portable_reader,  # noqa: F401  # imported now: the no-exec test forbids exec
+)
 from soba_notebook.memory.portable import (
     ID_PATTERN,
     SECTIONS,

@@ -32,6 +32,7 @@ transcript of their format is imported, so importing this package stays cheap.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import re
 import time
@@ -206,15 +207,17 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog) -> d
             if p.tree and p.parent is None and tree_written:
                 log.problem(p.where, "a second root in the source tree; attached to the previous entry")
             parent = prev
-        data = dict(p.data)
+        data = p.data
         ts = p.ts or last_ts
-        if p.ts is None and ts is not None:
-            data["imported"] = {**data.get("imported", {}), "tsInferred": True}
+        if (p.ts is None and ts is not None) or p.id_refs:  # only then is the data changed: copy it
+            data = dict(data)
+            if p.ts is None and ts is not None:
+                data["imported"] = {**data.get("imported", {}), "tsInferred": True}
+            for key in p.id_refs:
+                value = data.get(key)
+                if isinstance(value, str) and value in refmap:
+                    data[key] = refmap[value]
         last_ts = ts
-        for key in p.id_refs:
-            value = data.get(key)
-            if isinstance(value, str) and value in refmap:
-                data[key] = refmap[value]
         batch.append(Entry(p.type, data, id=eid, parent_id=parent, ts=ts))
         wheres.append(p.where)
         if len(batch) >= _BATCH:
@@ -271,26 +274,32 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
     """Walk the written tree: every tool result must follow its call on its root-to-entry path.
 
     Reports results whose call is not an ancestor and calls with no result below them; returns
-    ``(calls, results, unpaired calls, orphan results)``.
+    ``(calls, results, unpaired calls, orphan results)``. Reads the stored message dicts, not
+    :class:`ToolCall` values: this runs over every imported entry.
     """
-    ids = {e.id for e in entries}
-    children: dict[str | None, list[Entry]] = {}
-    for e in entries:
-        children.setdefault(e.parent_id if e.parent_id in ids else None, []).append(e)
     open_calls: dict[str, list[str]] = {}
     answered: set[tuple[str, str]] = set()
-    calls = results = orphans = 0
-    stack: list[tuple[Entry, bool]] = [(e, False) for e in reversed(children.get(None, []))]
+    results = orphans = 0
+    stack: list[tuple[Entry, bool]]
+    if all(e.parent_id == before.id for before, e in itertools.pairwise(entries)):
+        # one chain (most transcripts): the walk is the written order, and nothing is ever left
+        stack = [(e, False) for e in reversed(entries)]
+        children: dict[str | None, list[Entry]] = {}
+    else:
+        ids = {e.id for e in entries}
+        children = {}
+        for e in entries:
+            children.setdefault(e.parent_id if e.parent_id in ids else None, []).append(e)
+        stack = [(e, False) for e in reversed(children.get(None, []))]
     while stack:
         e, leaving = stack.pop()
-        msg = e.message
-        role = msg.get("role")
-        own = [c.id for c in e.tool_calls] if role == "assistant" and msg.get("toolCalls") else []
+        msg = _stored_message(e)
+        own = e.tool_call_ids if msg.get("role") == "assistant" else ()
         if leaving:
             for cid in own:
                 open_calls[cid].pop()
             continue
-        if role == "tool":
+        if msg.get("role") == "tool":
             results += 1
             cid = e.tool_call_id or ""
             owners = open_calls.get(cid)
@@ -302,16 +311,27 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
                             f"tool result for call {cid!r} has no matching call before it; kept as it is")
         for cid in own:
             open_calls.setdefault(cid, []).append(e.id or "")
-        stack.append((e, True))
+        if own and children:  # only an entry that opened calls has anything to close when the walk leaves it
+            stack.append((e, True))
         stack.extend((c, False) for c in reversed(children.get(e.id, [])))
-    unpaired = 0
+    calls = unpaired = 0
     for e in entries:
-        if e.role == "assistant" and e.message.get("toolCalls"):
-            for call in e.tool_calls:
-                calls += 1
-                if (e.id, call.id) not in answered:
-                    unpaired += 1
-                    log.problem(where_by_id.get(e.id or "", log.name),
-                                f"tool call {call.id!r} ({call.name}) has no result in the source; kept, no "
-                                f"result invented")
+        msg = _stored_message(e)
+        if msg.get("role") != "assistant" or not msg.get("toolCalls"):
+            continue
+        for call in e.tool_calls:
+            calls += 1
+            if (e.id, call.id) not in answered:
+                unpaired += 1
+                log.problem(where_by_id.get(e.id or "", log.name),
+                            f"tool call {call.id!r} ({call.name}) has no result in the source; kept, no "
+                            f"result invented")
     return calls, results, unpaired, orphans
+
+
+def _stored_message(entry: Entry) -> Mapping[str, Any]:
+    msg = entry.data.get("message") if entry.type == "message" else None
+    return msg if msg.__class__ is dict or isinstance(msg, Mapping) else _NO_FIELDS
+
+
+_NO_FIELDS: Mapping[str, Any] = {}

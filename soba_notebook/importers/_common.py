@@ -233,9 +233,17 @@ def unknown_block(block: Mapping[str, Any], where: str, log: ImportLog) -> str:
 def _count(raw: Mapping[str, Any], *keys: str) -> int | None:
     for key in keys:
         value = raw.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        if value.__class__ is int:  # the usual case, checked first: this runs for every usage field
+            if value >= 0:
+                return value
+        elif isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
             return int(value)
     return None
+
+
+_PI_USAGE = frozenset({"input", "output", "cacheRead", "cacheWrite"})
+_ANTHROPIC_USAGE = frozenset({"input_tokens", "output_tokens"})
+_OPENAI_USAGE = frozenset({"prompt_tokens", "completion_tokens"})
 
 
 def usage_json(raw: Any) -> dict[str, Any] | None:
@@ -245,18 +253,18 @@ def usage_json(raw: Any) -> dict[str, Any] | None:
     ``completion_tokens``) usage; ``None`` when ``raw`` is not usage."""
     if not isinstance(raw, Mapping):
         return None
-    if any(k in raw for k in ("input", "output", "cacheRead", "cacheWrite")):
+    if not _PI_USAGE.isdisjoint(raw):
         out: dict[str, Any] = {"input": _count(raw, "input") or 0, "output": _count(raw, "output") or 0,
                                "cacheRead": _count(raw, "cacheRead") or 0,
                                "cacheWrite": _count(raw, "cacheWrite") or 0}
         if isinstance(raw.get("cost"), Mapping):
             out["cost"] = dict(raw["cost"])
         return out
-    if any(k in raw for k in ("input_tokens", "output_tokens")):
+    if not _ANTHROPIC_USAGE.isdisjoint(raw):
         return {"input": _count(raw, "input_tokens") or 0, "output": _count(raw, "output_tokens") or 0,
                 "cacheRead": _count(raw, "cache_read_input_tokens") or 0,
                 "cacheWrite": _count(raw, "cache_creation_input_tokens") or 0}
-    if any(k in raw for k in ("prompt_tokens", "completion_tokens")):
+    if not _OPENAI_USAGE.isdisjoint(raw):
         prompt = _count(raw, "prompt_tokens") or 0
         details = raw.get("prompt_tokens_details")
         cached = _count(details, "cached_tokens") if isinstance(details, Mapping) else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ __all__ = ["FORMATS", "detect_format", "detect_format_of"]
 FORMATS = ("pi", "claude_code", "mini_swe_agent", "swe_agent", "openai_messages")
 
 _HEAD_LINES = 64
+_NON_SPACE = re.compile(rb"\S")  # what bytes.strip() strips is exactly what \S is not
 _CLAUDE_CODE_TYPES = frozenset({"user", "assistant", "summary", "system"})
 _PI_TYPES = frozenset({"model_change", "thinking_level_change", "compaction", "branch_summary", "custom_message"})
 _PI_ROLES = frozenset({"toolResult", "bashExecution"})
@@ -94,11 +96,11 @@ def _load_document(data: bytes) -> Any:
 def _may_be_document(stripped: bytes) -> bool:
     """False for JSON Lines (a complete first line followed by more), so big logs are not decoded
     whole just to find out they are not one document."""
-    first, _, rest = stripped.partition(b"\n")
-    if not rest.strip():
+    newline = stripped.find(b"\n")
+    if newline < 0 or _NON_SPACE.search(stripped, newline + 1) is None:  # searched in place: no copy of the rest
         return True
     try:
-        json.loads(first)
+        json.loads(stripped[:newline])
     except ValueError:
         return True
     return False

@@ -438,7 +438,9 @@ class SessionStore:
         stamp = now_iso(self._clock() if self._clock else None)
         for i, entry in enumerate(entries):
             eid = entry.id or new_id()
-            entry = entry.with_ids(eid, entry.parent_id if entry.parent_id is not None else leaf, entry.ts or stamp)
+            if entry.id is None or entry.parent_id is None or not entry.ts:  # importers fill all three
+                entry = entry.with_ids(eid, entry.parent_id if entry.parent_id is not None else leaf,
+                                       entry.ts or stamp)
             if eid in self._by_id or eid in batch_ids:
                 raise SessionError(f"{self.file}: entry {i} of the batch: id {entry.id!r} already exists; "
                                    f"nothing was appended")
