@@ -200,3 +200,34 @@ def test_capsule_entries_go_through_the_transcript_secret_scrubber(tmp_path: Pat
     (capsule,) = [e for e in agent.store.entries() if e.type == "capsule"]
     assert "[REDACTED:OPENAI_API_KEY]" in capsule.data["state"]["goal"]
     assert secret not in json.dumps(agent.engine.model_messages())
+
+
+def _mid_sized(request: object) -> Capsule:
+    """A capsule so large that a soft compaction at ~9,500 tokens reclaims almost nothing."""
+    return Capsule(goal="g", done=tuple(f"step {i}: " + "detail " * 25 for i in range(150)))
+
+
+def test_a_soft_capsule_that_missed_the_roi_is_not_asked_for_again_until_enough_was_added_for_one_to_pass(
+        tmp_path: Path) -> None:
+    """Each soft attempt skipped after generation spent a summary request: a completed turn records
+    the next ``turn_complete`` intent only once the context grew enough for a capsule to pass."""
+    summ = FakeSummarizer(answer=_mid_sized)
+    store, engine, rec = make_engine(tmp_path, small_config(tmp_path), summ)  # soft limit 13,600
+    fill(store, 9000)
+    assert engine.record_turn_complete()
+    asyncio.run(engine.preflight(TurnState()))
+    end = rec.of("compaction_end")[-1]
+    assert len(summ.calls) == 1 and end["outcome"] == "skipped" and "measured reclaimed" in end["reason"]
+    assert engine.measure().effective < engine.measure().soft_limit
+    assert not engine.record_turn_complete(), "nothing was added: the same capsule would miss the ROI again"
+    fill(store, engine.measure().effective + 200)  # a little more history: still too little
+    assert not engine.record_turn_complete()
+    asyncio.run(engine.preflight(TurnState()))
+    assert len(summ.calls) == 1, "no summary is requested while no new intent was recorded"
+    grown = 0
+    while not engine.record_turn_complete():  # the gate opens as the context grows, below the soft limit
+        fill(store, engine.measure().effective + 200)
+        grown += 1
+        assert engine.measure().effective < engine.measure().soft_limit, "the gate never opened below the soft limit"
+    asyncio.run(engine.preflight(TurnState()))
+    assert len(summ.calls) == 2 and grown > 0

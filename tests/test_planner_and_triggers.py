@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from soba_notebook.budget import BudgetCheck
 from soba_notebook.compaction import IntentQueue, Trigger, choose_trigger, find_cut_point
 from soba_notebook.compaction.capsule import Capsule, Decision, Verification, render, roll
 from soba_notebook.compaction.planner import valid_boundaries
 from soba_notebook.compaction.summarize import parse_capsule_answer
-from soba_notebook.compaction.triggers import post_generation_roi, pre_generation_roi
+from soba_notebook.compaction.triggers import growth_before_soft_retry, post_generation_roi, pre_generation_roi
 from soba_notebook.config import CompactionConfig
 from soba_notebook.errors import CapsuleFormatError
 from soba_notebook.session import ToolCall, assistant_message, tool_result, user_message
@@ -112,6 +114,23 @@ def test_post_generation_roi_measures_before_against_after() -> None:
     cfg = CompactionConfig()
     assert post_generation_roi(40000, 27000, cfg).passed
     assert not post_generation_roi(40000, 28001, cfg).passed
+
+
+@given(before=st.integers(1, 400_000), after_share=st.floats(0.3, 1.0), kept_extra=st.integers(0, 30_000),
+       min_tokens=st.integers(0, 50_000), ratio=st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.9]))
+def test_soft_retry_growth_is_the_least_growth_after_which_the_best_case_capsule_passes_the_roi(
+        before: int, after_share: float, kept_extra: int, min_tokens: int, ratio: float) -> None:
+    config = CompactionConfig(keep_recent_tokens=20_000, min_reclaimable_tokens=min_tokens, min_savings_ratio=ratio)
+    after = int(before * after_share)
+    kept = 20_000 + kept_extra
+    growth = growth_before_soft_retry(before, after, kept, config)
+
+    def best_case(g: int) -> bool:  # every added token reclaimed, the tail back down to keepRecentTokens
+        return post_generation_roi(before + g, after - kept_extra, config).passed
+
+    assert growth >= 0 and best_case(growth)
+    if growth > 0:
+        assert not best_case(growth - 1), "a smaller growth could already pass: the gate would hold back too long"
 
 
 def test_capsule_json_round_trip_and_validation_names_fields() -> None:

@@ -66,6 +66,7 @@ from .triggers import (
     Trigger,
     TurnState,
     choose_trigger,
+    growth_before_soft_retry,
     post_generation_roi,
     pre_generation_roi,
     trigger_name,
@@ -164,6 +165,9 @@ class CompactionEngine:
         #: the kernel's variables for the capsule's kernel-state section (set by the notebook layer)
         self.kernel_state: KernelStateProvider | None = None
         self._kernel_now: KernelStateData = {}
+        #: after a soft capsule missed the post-generation ROI: (context key, effective tokens) below
+        #: which a completed turn records no new ``turn_complete`` intent (see growth_before_soft_retry)
+        self._soft_retry_at: tuple[str, int] | None = None
 
     # -- configuration -----------------------------------------------------------------------
     @property
@@ -206,8 +210,12 @@ class CompactionEngine:
         skipped anyway is never recorded. (The safe-cut check waits for the preflight: the next
         user message, appended first, is what makes older history cuttable.) Nothing is
         compacted here."""
-        if not pre_generation_roi(self.measure().effective, self.config.compaction).passed:
+        check = self.measure()
+        if not pre_generation_roi(check.effective, self.config.compaction).passed:
             return False
+        gate = self._soft_retry_at
+        if gate is not None and gate[0] == check.context_key and check.effective < gate[1]:
+            return False  # the last soft capsule missed the ROI, and too little was added since for one to pass
         return self.record_intent(Trigger.TURN_COMPLETE)
 
     def model_messages(self) -> list[dict[str, Any]]:
@@ -359,6 +367,9 @@ class CompactionEngine:
             if trigger not in EXEMPT_FROM_SOFT_ROI:
                 roi = post_generation_roi(plan.tokens_before, after, self.config.compaction)
                 if not roi.passed:
+                    growth = growth_before_soft_retry(plan.tokens_before, after, plan.kept_tokens,
+                                                      self.config.compaction)
+                    self._soft_retry_at = (check.context_key, plan.tokens_before + growth)
                     return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started,
                                         tokens_after=after, quality=quality)
             if trigger in MANDATORY and after > plan.hard_limit:
@@ -418,7 +429,6 @@ class CompactionEngine:
     async def _generate(self, plan: CompactionPlan, cancel: CancelToken,
                         progress: _Phase) -> tuple[Capsule, Quality, str | None]:
         entries = list(plan.summarize)
-        facts = extract_facts(entries)
         fallback = deterministic_capsule(entries, plan.previous_capsule, plan.previous_checkpoint_id)
         if self.summarizer is None:
             progress("summarize", 80)
@@ -447,6 +457,7 @@ class CompactionEngine:
             progress("summarize", 80)
             return fallback, "degraded", f"model summarization failed ({exc}); local deterministic capsule used"
         rolled = roll(plan.previous_capsule, summary, previous_checkpoint=plan.previous_checkpoint_id)
+        facts = extract_facts(entries)  # only a model's summary needs them: the fallback has its own
         merged = with_facts(rolled, roll(plan.previous_capsule, facts, previous_checkpoint=plan.previous_checkpoint_id))
         progress("summarize", 80)
         return merged, "ok", None

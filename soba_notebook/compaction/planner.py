@@ -39,19 +39,20 @@ def valid_boundaries(entries: Sequence[Entry]) -> tuple[list[int], bool]:
     abandoned (an aborted reply in an imported session) and no result can follow; before that
     its result may still be coming, so the cut may not pass it.
     """
-    answered = {e.tool_call_id for e in entries if e.role == "tool" and e.tool_call_id}
+    roles = [e.role for e in entries]  # read once: this runs over the whole context at every compaction
+    answered = {e.tool_call_id for e, role in zip(entries, roles, strict=True) if role == "tool" and e.tool_call_id}
     valid: list[int] = []
     open_calls: set[str] = set()  # calls whose result comes later in entries
     unanswered: set[str] = set()  # calls with no result anywhere in entries
-    for i, e in enumerate(entries):
-        if e.role == "user":
+    for i, (e, role) in enumerate(zip(entries, roles, strict=True)):
+        if role == "user":
             unanswered.clear()
-        if i > 0 and not open_calls and not unanswered and e.is_model_input and e.role != "tool":
+        if i > 0 and not open_calls and not unanswered and role != "tool" and e.is_model_input:
             valid.append(i)
-        if e.role == "assistant":
-            for call in e.tool_calls:
-                (open_calls if call.id in answered else unanswered).add(call.id)
-        elif e.role == "tool":
+        if role == "assistant":
+            for call_id in e.tool_call_ids:
+                (open_calls if call_id in answered else unanswered).add(call_id)
+        elif role == "tool":
             open_calls.discard(e.tool_call_id or "")
     return valid, not open_calls and not unanswered
 

@@ -9,6 +9,7 @@ and ``context_overflow`` (the provider said the request was too long) are their 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ __all__ = [
     "Trigger",
     "TurnState",
     "choose_trigger",
+    "growth_before_soft_retry",
     "post_generation_roi",
     "pre_generation_roi",
     "trigger_name",
@@ -159,3 +161,32 @@ def pre_generation_roi(effective: int, config: CompactionConfig) -> RoiCheck:
 def post_generation_roi(tokens_before: int, tokens_after: int, config: CompactionConfig) -> RoiCheck:
     """Seed section 6, after generation: the exact continuation against what it replaces."""
     return _roi(tokens_before - tokens_after, tokens_before, config, "measured reclaimed")
+
+
+def growth_before_soft_retry(tokens_before: int, tokens_after: int, kept_tokens: int,
+                             config: CompactionConfig) -> int:
+    """After a soft capsule missed the post-generation ROI: how many tokens the context must grow
+    before another soft attempt could pass it.
+
+    The seed lets a completed turn *record* a ``turn_complete`` intent, not must; each attempt that
+    is skipped after generation spent a summary request. New history moves the cut forward, so
+    what a capsule reclaims grows at most one-for-one with it, plus whatever the retained tail
+    (``kept_tokens``) held beyond ``keepRecentTokens`` (a later boundary may keep less). The
+    capsule is assumed to stay its size: a smaller one could pass sooner, and then the soft limit
+    (``auto_threshold``) and the hard limit still run as before.
+    """
+    reclaimable_now = tokens_before - tokens_after + max(0, kept_tokens - config.keep_recent_tokens)
+    by_tokens = config.min_reclaimable_tokens - reclaimable_now
+    ratio = config.min_savings_ratio
+    # (reclaimable + g) / (before + g) >= ratio  <=>  g >= (ratio * before - reclaimable) / (1 - ratio)
+    by_ratio = max(0, math.ceil((ratio * tokens_before - reclaimable_now) / (1 - ratio))) if ratio < 1 else 0
+
+    def ratio_passes(g: int) -> bool:  # the comparison _roi makes, so float rounding cannot disagree
+        total = tokens_before + g
+        return ((reclaimable_now + g) / total if total > 0 else 0.0) >= ratio
+
+    while by_ratio > 0 and ratio_passes(by_ratio - 1):
+        by_ratio -= 1
+    while ratio < 1 and not ratio_passes(by_ratio):
+        by_ratio += 1
+    return max(0, by_tokens, by_ratio)
