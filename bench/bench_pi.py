@@ -236,12 +236,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ms, soba_facts[k] = run_soba(work)
                 soba_best[k] = {key: min(v, soba_best.get(k, {}).get(key, v)) for key, v in ms.items()}
     print(f"pi {pi_run['version']} on node {pi_run['node']}; SOBA from this tree; best of {args.repeat} rounds")
+    print(f"tokens: pi estimates chars/4 per message after the last reported usage; SOBA counts with tiktoken "
+          f"({TokenCounter('gpt-4o').encoding_name}), cached per entry id, its budget check also from the last "
+          f"reported usage; keepRecentTokens pi {pi_run['settings']['keepRecentTokens']:,}, SOBA "
+          f"{SobaConfig().compaction.keep_recent_tokens:,}")
     for k, row in zip(sizes, pi_run["files"], strict=True):
         f = soba_facts[k]
         print(f"{k}x: pi path {row['path']:,} entries, {row['messages']:,} messages, cut at "
               f"{row['firstKeptEntryIndex']:,}, tokensBefore {row['tokensBefore'] or 0:,} (chars/4 after last "
               f"usage); SOBA path {f['path']:,} entries, {f['messages']:,} messages, cut at {f['cut'] or 0:,} "
-              f"of {f['context']:,}, {f['tokens']:,} tokens in context (tiktoken o200k)")
+              f"of {f['context']:,}, {f['tokens']:,} tokens in context (tiktoken)")
     for line in report(sizes, pi_best, soba_best):
         print(line)
     return 0
