@@ -32,6 +32,7 @@ __all__ = [
     "SECRET_SUFFIXES",
     "TOKEN_PATTERNS",
     "Scrubber",
+    "mark_tokens",
     "marker",
     "scrub_text",
     "secret_variables",
@@ -63,6 +64,20 @@ TOKEN_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # a token has at least one digit or symbol: "bearer certificates" is prose, not a header
     ("bearer_token", re.compile(r"(?P<keep>\b(?i:bearer)[ \t]+)(?=[A-Za-z]*[0-9._~+/\-])[A-Za-z0-9._~+/\-]{8,}=*")),
 )
+
+
+#: Every shape of :data:`TOKEN_PATTERNS` contains one of these: text without any holds no token.
+_MAY_HOLD_TOKEN = re.compile(r"PRIVATE KEY|sk-|github_pat_|gh[pousr]_|xox[bp]-|AKIA|(?i:bearer)")
+
+
+def mark_tokens(text: str) -> str:
+    """``text`` with every match of :data:`TOKEN_PATTERNS` replaced by its kind's marker."""
+    for kind, pattern in TOKEN_PATTERNS:
+        def keep_and_mark(m: re.Match[str], kind: str = kind) -> str:
+            return (m.groupdict().get("keep") or "") + marker(kind)
+
+        text = pattern.sub(keep_and_mark, text)
+    return text
 
 
 def marker(name: str) -> str:
@@ -120,12 +135,9 @@ class Scrubber:
         for name, value in self.secrets:
             if value in text:
                 text = text.replace(value, marker(name))
-        for kind, pattern in TOKEN_PATTERNS:
-            def keep_and_mark(m: re.Match[str], kind: str = kind) -> str:
-                return (m.groupdict().get("keep") or "") + marker(kind)
-
-            text = pattern.sub(keep_and_mark, text)
-        return text
+        if _MAY_HOLD_TOKEN.search(text) is None:  # one scan, not one per shape: most text holds no token
+            return text
+        return mark_tokens(text)
 
     def json(self, value: Any) -> Any:
         """:meth:`text` applied to every string value (never the keys) of a JSON-like value."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from soba_notebook.compaction.capsule import Capsule, Decision, EntryRange, Verification
 from soba_notebook.memory import handoff
@@ -18,6 +20,7 @@ from soba_notebook.memory.redact import (
     redact_text,
     secret_variables,
 )
+from soba_notebook.scrub import Scrubber, mark_tokens
 from soba_notebook.session import Entry, SessionStore
 
 SECRET = "k3y-VALUE-0123456789abcdef"
@@ -143,3 +146,15 @@ def test_no_secret_lands_in_capsule_files_or_project_memory(tmp_path: Path, monk
     assert SECRET not in text and token not in text
     assert "[REDACTED:OPENAI_API_KEY]" in text and "[REDACTED:github_token]" in text
     assert load(direct, strict=True).capsule.goal == "call the api with [REDACTED:OPENAI_API_KEY]"
+
+
+_FRAGMENTS = ["sk-", "sk-ant-", "ghp_", "gho_", "github_pat_", "xoxb-", "xoxp-", "AKIA", "Bearer ", "bearer\t",
+              "-----BEGIN RSA PRIVATE KEY-----\n", "-----END RSA PRIVATE KEY-----", "PRIVATE KEY", "task-", " ",
+              "0123456789", "ABCDEFGHIJKLMNOP", "abcdefghij_-", "\n", ".", "/", "="]
+
+
+@given(st.lists(st.sampled_from(_FRAGMENTS) | st.text(max_size=6), max_size=12).map("".join))
+def test_the_one_scan_prefilter_never_lets_a_token_shape_through(text: str) -> None:
+    """Scrubber.text skips the token shapes when one scan finds none of their literal parts;
+    the result is the same as applying every shape."""
+    assert Scrubber().text(text) == mark_tokens(text)
