@@ -231,3 +231,14 @@ def test_a_soft_capsule_that_missed_the_roi_is_not_asked_for_again_until_enough_
         assert engine.measure().effective < engine.measure().soft_limit, "the gate never opened below the soft limit"
     asyncio.run(engine.preflight(TurnState()))
     assert len(summ.calls) == 2 and grown > 0
+
+
+def test_new_roi_minimums_lift_the_wait_for_a_soft_capsule_that_missed_the_old_ones(tmp_path: Path) -> None:
+    summ = FakeSummarizer(answer=_mid_sized)
+    store, engine, rec = make_engine(tmp_path, small_config(tmp_path), summ)
+    fill(store, 9000)
+    assert engine.record_turn_complete()
+    asyncio.run(engine.preflight(TurnState()))
+    assert rec.of("compaction_end")[-1]["outcome"] == "skipped" and not engine.record_turn_complete()
+    engine.set_config(small_config(tmp_path, minReclaimableTokens=0, minSavingsRatio=0.0))
+    assert engine.record_turn_complete(), "the wait was computed from minimums that no longer apply"

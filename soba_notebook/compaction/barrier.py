@@ -180,6 +180,7 @@ class CompactionEngine:
 
     def set_config(self, config: SobaConfig) -> None:
         self.config = config
+        self._soft_retry_at = None  # computed from the old ROI minimums
         self.tracker.hard, self.tracker.soft = config.hard_limit, config.soft_limit
         self.tracker.context_window = config.model.context_window
 
