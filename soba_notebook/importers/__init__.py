@@ -274,8 +274,8 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
     """Walk the written tree: every tool result must follow its call on its root-to-entry path.
 
     Reports results whose call is not an ancestor and calls with no result below them; returns
-    ``(calls, results, unpaired calls, orphan results)``. Reads the stored message dicts, not
-    :class:`ToolCall` values: this runs over every imported entry.
+    ``(calls, results, unpaired calls, orphan results)``. The walk reads call ids
+    (:attr:`Entry.tool_call_ids`), not :class:`ToolCall` values: it runs over every imported entry.
     """
     open_calls: dict[str, list[str]] = {}
     answered: set[tuple[str, str]] = set()
@@ -293,13 +293,13 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
         stack = [(e, False) for e in reversed(children.get(None, []))]
     while stack:
         e, leaving = stack.pop()
-        msg = _stored_message(e)
-        own = e.tool_call_ids if msg.get("role") == "assistant" else ()
+        role = e.role
+        own = e.tool_call_ids if role == "assistant" else ()
         if leaving:
             for cid in own:
                 open_calls[cid].pop()
             continue
-        if msg.get("role") == "tool":
+        if role == "tool":
             results += 1
             cid = e.tool_call_id or ""
             owners = open_calls.get(cid)
@@ -316,8 +316,7 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
         stack.extend((c, False) for c in reversed(children.get(e.id, [])))
     calls = unpaired = 0
     for e in entries:
-        msg = _stored_message(e)
-        if msg.get("role") != "assistant" or not msg.get("toolCalls"):
+        if e.role != "assistant":
             continue
         for call in e.tool_calls:
             calls += 1
@@ -327,11 +326,3 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
                             f"tool call {call.id!r} ({call.name}) has no result in the source; kept, no "
                             f"result invented")
     return calls, results, unpaired, orphans
-
-
-def _stored_message(entry: Entry) -> Mapping[str, Any]:
-    msg = entry.data.get("message") if entry.type == "message" else None
-    return msg if msg.__class__ is dict or isinstance(msg, Mapping) else _NO_FIELDS
-
-
-_NO_FIELDS: Mapping[str, Any] = {}

@@ -189,17 +189,12 @@ class CompactionSummary:
         stale and failed compacts say so in words, with the reason.
         """
         parts = [self.trigger or "compaction"]
-        if self.outcome == "completed" and self.over_limit:
-            parts.append(f"history {format_tokens(self.tokens_before)} tokens (never sent; over the "
-                         f"{format_tokens(self.hard_limit)} limit) → {format_tokens(self.tokens_after)} sent")
-            if self.reclaimed_percent is not None:
-                parts.append(f"reclaimed {self.reclaimed_percent:.1f}%")
-            if self.checkpoint_id:
-                parts.append(self.checkpoint_id)
-            if self.degraded:
-                parts.append(_DEGRADED_NOTE)
-        elif self.outcome == "completed":
-            parts.append(f"{format_tokens(self.tokens_before)} → {format_tokens(self.tokens_after)} tokens")
+        if self.outcome == "completed":
+            if self.over_limit:
+                parts.append(f"history {format_tokens(self.tokens_before)} tokens (never sent; over the "
+                             f"{format_tokens(self.hard_limit)} limit) → {format_tokens(self.tokens_after)} sent")
+            else:
+                parts.append(f"{format_tokens(self.tokens_before)} → {format_tokens(self.tokens_after)} tokens")
             if self.reclaimed_percent is not None:
                 parts.append(f"reclaimed {self.reclaimed_percent:.1f}%")
             if self.checkpoint_id:
