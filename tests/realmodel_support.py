@@ -29,8 +29,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "build" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ALIAS = "smollm2-135m"
-#: the server's context: small enough that a test can overflow it in a few turns
+#: the server's context: small enough that a test can overflow it in a few turns, and the bound
+#: on what one request can make it generate (llama-cpp-python ignores ``max_tokens`` under
+#: automatic tool choice and generates up to ``n_ctx``)
 SERVER_CONTEXT = 4096
+#: how long a step may wait for the server: far past any request it can be given (at most
+#: SERVER_CONTEXT tokens), so only a hung server reaches it, never a slow or busy machine
+IDLE_WAIT_LIMIT = 1800.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,23 @@ class LocalServer:
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def wait_until_idle(self, limit: float = IDLE_WAIT_LIMIT) -> None:
+        """Return once the server has finished every request it holds, however slow the machine.
+
+        llama-cpp-python serves one request at a time and goes on generating a request whose
+        client went away (a plain request is never interrupted; under automatic tool choice it
+        ignores ``max_tokens`` and stops only at ``n_ctx``). Its ``/v1/models`` takes the same lock
+        as a completion, so it answers only when the server is idle: the next step then measures
+        the session, not the leftovers of an abandoned request. ``limit`` only keeps a hung server
+        from holding the suite forever; reaching it fails with the server log's tail.
+        """
+        try:
+            response = httpx.get(f"{self.base_url}/models", timeout=limit, trust_env=False)
+        except httpx.HTTPError as error:
+            raise AssertionError(f"the model server was not idle within {limit:,.0f} s ({error!r});"
+                                 f" its log ends:\n{self.log_text()[-3000:]}") from error
+        assert response.status_code == 200, response.text
 
 
 def _missing() -> str | None:
@@ -100,9 +122,15 @@ def running_server(log: Path, context: int = SERVER_CONTEXT) -> Iterator[LocalSe
 def project_config(server: LocalServer, **compaction: object) -> dict[str, object]:
     """A ``.soba/config.json`` for a project that talks to ``server``: short replies, a few steps
     per turn (a 135M model is a protocol test, not a coding assistant), deterministic sampling."""
+    # The request deadlines are the tier's wait limit, not a user's defaults: a plain request to
+    # llama-cpp-python sends no byte until its whole reply is done, which on a busy 2-core machine
+    # can take longer than the default idle timeout, and a retry of it only queues a second
+    # request behind the first. What the tier checks is the protocol, not the machine's speed.
+    deadline_ms = int(IDLE_WAIT_LIMIT * 1000)
     return {
         "model": {"provider": "llamacpp", "baseUrl": server.base_url, "model": MODEL_ALIAS,
-                  "contextWindow": server.context, "maxOutputTokens": 64, "temperature": 0},
+                  "contextWindow": server.context, "maxOutputTokens": 64, "temperature": 0,
+                  "requestTimeoutMs": deadline_ms, "idleTimeoutMs": deadline_ms},
         "compaction": {"safetyReserveTokens": 256, "keepRecentTokens": 600, "minTokensForAutoCompact": 2400,
                        "minReclaimableTokens": 300, "minSavingsRatio": 0.1, "timeoutMs": 120_000, **compaction},
         "agent": {"maxStepsPerTurn": 4, "maxRepeatedToolCalls": 2},
