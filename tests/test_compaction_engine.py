@@ -110,6 +110,32 @@ def test_user_compact_is_exempt_from_the_post_generation_roi(tmp_path: Path) -> 
     assert summ.calls[0].instructions == "focus on the parser"
 
 
+def test_user_compact_whose_model_capsule_grows_the_context_uses_the_smaller_local_capsule(tmp_path: Path) -> None:
+    summ = FakeSummarizer(answer=_bloated)  # about 12,000 tokens for 9,000 of history
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), summ)
+    fill(store, 9000)
+    outcome = run(engine.compact(Trigger.USER))
+    assert outcome.outcome == "completed" and outcome.quality == "degraded", outcome
+    assert outcome.tokens_after < outcome.tokens_before, outcome
+    assert "would have grown the context" in (outcome.reason or ""), outcome.reason
+    (capsule,) = capsules(store)
+    assert capsule.data["quality"] == "degraded" and capsule.data["tokensAfter"] == outcome.tokens_after
+
+
+def test_user_compact_that_no_capsule_makes_smaller_appends_nothing_and_says_why(tmp_path: Path) -> None:
+    summ = FakeSummarizer(answer=_bloated)
+    # one exchange of tiny entries before the retained window: any capsule costs more than it replaces
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path, keepRecentTokens=10), summ)
+    for n in range(6):
+        store.append(user_message(f"q{n}"))
+        store.append(assistant_message(f"a{n}"))
+    size = store.file.stat().st_size
+    outcome = run(engine.compact(Trigger.USER))
+    assert outcome.outcome == "skipped", outcome
+    assert "would not make the context smaller" in (outcome.reason or "") and "nothing appended" in outcome.reason
+    assert capsules(store) == [] and store.file.stat().st_size == size
+
+
 def test_user_compact_without_history_before_the_retained_window_is_a_noop(tmp_path: Path) -> None:
     summ = FakeSummarizer()
     store, engine, _ = make_engine(tmp_path, small_config(tmp_path), summ)

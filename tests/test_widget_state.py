@@ -405,3 +405,17 @@ def test_history_over_the_hard_limit_is_labelled_as_never_sent_and_the_request_a
     assert "history 50,000 tokens (never sent; over the 48,808 limit) → 14,000 sent" in last["text"]
     under = fold(budget(12_000, 1), start(), end()).snapshot()["last_compaction"]
     assert under["over_limit"] is False and "41,230 → 12,877 tokens" in under["text"]
+
+
+@pytest.mark.parametrize(("before", "after", "chip", "phrase"), [
+    (2_259, 2_615, "user +15.8%", "grew 15.8%"),
+    (41_230, 12_877, "user −68.8%", "reclaimed 68.8%"),
+    (1_000, 1_000, "user 0.0%", "reclaimed 0.0%"),
+])
+def test_a_compaction_that_grew_the_context_never_prints_a_double_minus(before: int, after: int, chip: str,
+                                                                      phrase: str) -> None:
+    summary = CompactionSummary.from_event({"outcome": "completed", "trigger": "user", "tokens_before": before,
+                                            "tokens_after": after, "reclaimed_tokens": before - after,
+                                            "reclaimed_percent": round(100 * (before - after) / before, 1)})
+    assert summary.chip == chip
+    assert phrase in summary.text and "-" not in summary.text.replace("user", "")

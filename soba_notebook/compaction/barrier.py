@@ -373,6 +373,17 @@ class CompactionEngine:
                     self._soft_retry_at = (check.context_key, plan.tokens_before + growth)
                     return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started,
                                         tokens_after=after, quality=quality)
+            elif after >= plan.tokens_before:
+                # Exempt from the ROI gate is not licence to grow the context: a capsule that makes
+                # the continuation larger helps nobody. The local capsule replaces it when smaller.
+                smaller = self._smaller_than_before(plan, after)
+                if smaller is None and trigger not in MANDATORY:
+                    return self._finish(
+                        plan.operation_id, trigger, "skipped",
+                        f"a capsule would not make the context smaller ({plan.tokens_before:,} → {after:,} "
+                        f"tokens); nothing appended", check, None, started, tokens_after=after, quality=quality)
+                if smaller is not None:
+                    capsule, quality, note, after = smaller
             if trigger in MANDATORY and after > plan.hard_limit:
                 # the capsule came out too large: keep less verbatim, then a smaller local capsule
                 retry = self._shrink(plan, check)
@@ -426,6 +437,18 @@ class CompactionEngine:
             if self._measure_after(smaller, capsule, "degraded") <= smaller.hard_limit:
                 return smaller, capsule, "degraded", "retained tail shrunk to fit the hard limit"
         return None
+
+    def _smaller_than_before(self, plan: CompactionPlan,
+                             model_after: int) -> tuple[Capsule, Quality, str, int] | None:
+        """The deterministic capsule, when it makes the continuation smaller than the history it
+        replaces (the model's capsule did not: ``model_after`` tokens); else ``None``."""
+        local = self._scrubbed(deterministic_capsule(list(plan.summarize), plan.previous_capsule,
+                                                     plan.previous_checkpoint_id))
+        after = self._measure_after(plan, local, "degraded")
+        if after >= plan.tokens_before:
+            return None
+        return local, "degraded", (f"the model's capsule would have grown the context ({plan.tokens_before:,} → "
+                                   f"{model_after:,} tokens); the local deterministic capsule was used"), after
 
     async def _generate(self, plan: CompactionPlan, cancel: CancelToken,
                         progress: _Phase) -> tuple[Capsule, Quality, str | None]:

@@ -42,6 +42,8 @@ __all__ = [
     "detect_frontend",
     "format_tokens",
     "progress_text",
+    "reclaimed_phrase",
+    "signed_percent",
     "skip_text",
 ]
 
@@ -196,7 +198,7 @@ class CompactionSummary:
             else:
                 parts.append(f"{format_tokens(self.tokens_before)} → {format_tokens(self.tokens_after)} tokens")
             if self.reclaimed_percent is not None:
-                parts.append(f"reclaimed {self.reclaimed_percent:.1f}%")
+                parts.append(reclaimed_phrase(self.reclaimed_percent))
             if self.checkpoint_id:
                 parts.append(self.checkpoint_id)
             if self.degraded:
@@ -211,12 +213,24 @@ class CompactionSummary:
     @property
     def chip(self) -> str:
         """The history strip's short form, e.g. ``auto_threshold −68.8%``."""
-        pct = f" −{self.reclaimed_percent:.1f}%" if self.reclaimed_percent is not None else ""
+        pct = f" {signed_percent(-self.reclaimed_percent)}" if self.reclaimed_percent is not None else ""
         return f"{self.trigger or 'compaction'}{pct}" + (" (degraded)" if self.degraded else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "status": self.status, "text": self.text, "chip": self.chip,
                 "over_limit": self.over_limit}
+
+
+def signed_percent(change: float) -> str:
+    """A change in percent with one sign, a true minus for a fall: ``−68.8%``, ``+15.8%``, ``0.0%``."""
+    if round(change, 1) == 0:
+        return "0.0%"
+    return f"{'+' if change > 0 else '−'}{abs(change):.1f}%"
+
+
+def reclaimed_phrase(percent: float) -> str:
+    """``reclaimed 68.8%``, or ``grew 15.8%`` when the context came out larger (never ``-15.8%``)."""
+    return f"grew {-percent:.1f}%" if round(percent, 1) < 0 else f"reclaimed {percent:.1f}%"
 
 
 def skip_text(summary: CompactionSummary) -> str:
