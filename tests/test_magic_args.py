@@ -58,10 +58,11 @@ def test_an_unknown_flag_is_a_usage_error_naming_the_commands_usage(shell: Inter
 
 
 def test_the_options_leading_a_prompt_are_read_and_the_rest_is_kept_as_typed() -> None:
-    options, prompt = leading_options("%soba", RUN_OPTIONS, "--new --model m1  fix {this} 'it' --background")
-    assert options == {"background": False, "model": "m1", "new": True}
-    assert prompt == "fix {this} 'it' --background"
-    assert leading_options("%soba", RUN_OPTIONS, "-- --new is a word")[1] == "--new is a word"
+    read = leading_options("%soba", RUN_OPTIONS, "--new --model m1  fix {this} 'it' --background")
+    assert read.options == {"background": False, "model": "m1", "new": True}
+    assert read.prompt == "fix {this} 'it' --background" and not read.verbatim
+    after_dashes = leading_options("%soba", RUN_OPTIONS, "-- --new is a word")
+    assert after_dashes.prompt == "--new is a word" and after_dashes.verbatim
     with pytest.raises(UsageError, match="--model needs a model name"):
         leading_options("%soba", RUN_OPTIONS, "--model")
 

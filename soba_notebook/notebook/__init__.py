@@ -16,7 +16,9 @@ _LOADED: dict[int, Any] = {}
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Register the magics (``%load_ext soba_notebook``, or ``c.InteractiveShellApp.extensions``)."""
+    """Register the magics (``%load_ext soba_notebook``, or ``c.InteractiveShellApp.extensions``)
+    and the input transform that lets their lines end in ``?`` (:mod:`.verbatim`)."""
+    from . import verbatim
     from .magics import SobaMagics
 
     if id(ipython) in _LOADED:
@@ -24,16 +26,22 @@ def load_ipython_extension(ipython: Any) -> None:
     magics = SobaMagics(ipython)
     ipython.register_magics(magics)
     _LOADED[id(ipython)] = magics
+    if hasattr(ipython, "input_transformer_manager"):
+        verbatim.install(ipython)
     events = getattr(ipython, "events", None)
     if events is not None:  # the user's own cells: for the next turn's note and the kernel state's order
         events.register("post_run_cell", magics.session.after_cell)
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    """Remove the magics and stop the agent thread (``%unload_ext soba_notebook``)."""
+    """Remove the magics and their input transform, and stop the agent thread (``%unload_ext soba_notebook``)."""
+    from . import verbatim
+
     magics = _LOADED.pop(id(ipython), None)
     if magics is None:
         return
+    if hasattr(ipython, "input_transformer_manager"):
+        verbatim.uninstall(ipython)
     magics.session.close()
     events = getattr(ipython, "events", None)
     if events is not None:

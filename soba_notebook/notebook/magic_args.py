@@ -12,15 +12,21 @@ The rules, one set for all magics:
 * words are split like a shell line (quotes group, ``"unterminated`` is a usage error), except a
   command's *free text* (``%compact``'s instructions), which is split on whitespace and keeps its
   quotes and apostrophes as typed;
-* a word that starts with ``--`` is a flag; a flag the command does not declare is a usage error;
+* a word that starts with ``--`` is a flag; a flag the command does not declare is a usage error
+  that names it (and the declared flag it is close to, if any);
 * a ``%soba`` prompt is never split: only its leading options are read, the rest is the prompt
-  exactly as typed (``--`` ends the options).
+  exactly as typed. ``--`` ends the options; before it, a word like ``-x`` or ``--name`` that is
+  no declared option is a usage error naming it and the valid ones (``-1 is negative`` is text);
+* "close to" is :func:`close_match`'s: difflib's similarity ratio of at least
+  :data:`CLOSE_CUTOFF`, so a typo matches and an unrelated word does not.
 
-Mistakes raise :class:`~IPython.core.error.UsageError` (one line, no traceback) naming the usage.
+Mistakes raise :class:`~IPython.core.error.UsageError` (no traceback) naming the usage.
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 import shlex
 import textwrap
 from collections.abc import Callable, Sequence
@@ -29,13 +35,28 @@ from typing import Any
 
 from IPython.core.error import UsageError
 
-__all__ = ["Command", "Flag", "Handler", "Option", "Parsed", "Table", "flag_lines", "help_lines", "leading_options",
-           "options_synopsis", "parse", "parse_line", "split_words"]
+__all__ = ["CLOSE_CUTOFF", "Command", "Flag", "Handler", "Leading", "Option", "Parsed", "Table", "close_match",
+           "flag_lines", "help_lines", "leading_options", "options_synopsis", "parse", "parse_line", "split_words"]
 
 #: Where the one-line summaries of a help listing start (the left part is ``  %magic name args``).
 HELP_COLUMN = 36
 #: Where help lines wrap.
 HELP_WIDTH = 110
+#: How similar (difflib ratio) a word must be to a name to be taken for a typo of it: ``stauts``
+#: (0.83), ``stpo`` (0.75) and ``skills`` (0.91) are; ``start`` (0.73 to ``status``), ``restart``
+#: and ``hello`` are not, so ordinary one-word prompts still go to the agent.
+CLOSE_CUTOFF = 0.75
+
+
+def close_match(word: str, names: Sequence[str], cutoff: float = CLOSE_CUTOFF) -> str | None:
+    """The name ``word`` is most likely a typo (or another case) of, if any is close enough."""
+    found = difflib.get_close_matches(word.lower(), list(names), n=1, cutoff=cutoff)
+    return found[0] if found else None
+
+
+def _did_you_mean(word: str, names: Sequence[str]) -> str:
+    match = close_match(word, names)
+    return f" (did you mean {match}?)" if match else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +118,14 @@ def parse(magic: str, command: Command, words: Sequence[str], usage: str | None 
     flags = frozenset(word for word in words if word.startswith("--"))
     positional = tuple(word for word in words if not word.startswith("--"))
     low, high = command.words
-    if (flags - {flag.name for flag in command.flags} or len(positional) < low
+    declared = [flag.name for flag in command.flags]
+    unknown = sorted(flags - set(declared))
+    if unknown:
+        where = " ".join(part for part in (magic, command.name) if part)
+        valid = f"; options: {', '.join(declared)}" if declared else f"; {where} takes no options"
+        raise UsageError(f"unknown option {unknown[0]!r} for {where}{_did_you_mean(unknown[0], declared)}{valid}\n"
+                         + (usage or command.usage(magic)))
+    if (len(positional) < low
             or (high is not None and len(positional) > high)
             or (command.choices and positional[:1] and positional[0] not in command.choices)):
         raise UsageError(usage or command.usage(magic))
@@ -114,12 +142,14 @@ class Table:
     """The subcommands of a magic, dispatched by their first word.
 
     ``default`` runs when no word is given (else that is a usage error); ``usage``, when set, is
-    the one usage line of every mistake (else each command's own, or the table's synopsis)."""
+    the one usage line of every mistake (else each command's own, or the table's synopsis);
+    ``note`` is added on a line of its own to every mistake in a subcommand's arguments."""
 
     magic: str
     commands: tuple[Command, ...]
     default: str | None = None
     usage: str | None = None
+    note: str = ""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -127,6 +157,10 @@ class Table:
 
     def get(self, name: str) -> Command | None:
         return next((command for command in self.commands if command.name == name), None)
+
+    def suggest(self, word: str) -> str | None:
+        """The subcommand ``word`` is most likely a typo of (:func:`close_match`)."""
+        return close_match(word, self.names)
 
     def synopsis(self) -> str:
         return f"usage: {self.magic} " + " | ".join(" ".join(p for p in (c.name, c.synopsis) if p)
@@ -140,7 +174,13 @@ class Table:
         command = self.get(name)
         if command is None or command.run is None:
             raise UsageError(self.usage or f"unknown {self.magic} command {name!r}; {self.synopsis()}")
-        return command.run(context, parse(self.magic, command, rest, self.usage))
+        try:
+            parsed = parse(self.magic, command, rest, self.usage)
+        except UsageError as exc:
+            if not self.note:
+                raise
+            raise UsageError(f"{exc}\n{self.note}") from None
+        return command.run(context, parsed)
 
 
 def _row(left: str, text: str, column: int) -> list[str]:
@@ -183,20 +223,34 @@ def options_synopsis(options: Sequence[Option]) -> str:
     return " ".join(f"[{option.synopsis}]" for option in options)
 
 
-def leading_options(magic: str, options: Sequence[Option], line: str) -> tuple[dict[str, Any], str]:
-    """Read the options that lead ``line``; the rest is returned exactly as typed (``--`` ends the
-    options). Switches are ``False`` and valued options ``None`` unless given."""
+#: A word that reads as an option: ``-x``, ``--name`` (not ``-``, ``-1`` or ``--``).
+_OPTION_WORD = re.compile(r"--?[A-Za-z]")
+
+
+@dataclass(frozen=True, slots=True)
+class Leading:
+    """A prompt line read: its leading options (switches ``False`` and valued options ``None``
+    unless given), the prompt exactly as typed, and whether ``--`` marked it as a prompt."""
+
+    options: dict[str, Any]
+    prompt: str
+    verbatim: bool = False
+
+
+def leading_options(magic: str, options: Sequence[Option], line: str, note: str = "") -> Leading:
+    """Read the options that lead ``line``; the rest is the prompt exactly as typed (``--`` ends the
+    options). An unknown option is a usage error naming it and the valid ones, then ``note``."""
     by_name = {option.name: option for option in options}
     found: dict[str, Any] = {option.key: (None if option.value else False) for option in options}
     rest = line.strip()
-    while rest.startswith("--"):
+    while _OPTION_WORD.match(rest) or rest == "--" or rest.startswith("-- "):
         head, _, tail = rest.partition(" ")
         if head == "--":
-            return found, tail
+            return Leading(found, tail, verbatim=True)
         option = by_name.get(head)
         if option is None:
-            raise UsageError(f"unknown option {head!r} for {magic}; options: "
-                             + ", ".join(option.synopsis for option in options))
+            raise UsageError(f"unknown option {head!r} for {magic}{_did_you_mean(head, list(by_name))}; options: "
+                             + ", ".join(option.synopsis for option in options) + (f"\n{note}" if note else ""))
         if option.value:
             value, _, tail = tail.strip().partition(" ")
             if not value:
@@ -205,4 +259,4 @@ def leading_options(magic: str, options: Sequence[Option], line: str) -> tuple[d
         else:
             found[option.key] = True
         rest = tail.strip()
-    return found, rest
+    return Leading(found, rest)

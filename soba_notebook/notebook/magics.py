@@ -4,7 +4,9 @@ User mistakes raise :class:`~IPython.core.error.UsageError` (one line, no traceb
 not variable-expanded (``@no_var_expand``), so braces and ``$`` in a prompt reach the agent as typed.
 Every magic's arguments are declared here or in the subcommand tables (:mod:`.soba_commands`,
 :mod:`.capsule_commands`) and read by one parser (:mod:`.magic_args`), which also writes the help.
-Everything is delegated to :class:`~.controller.NotebookSession`.
+A one-word ``%soba`` prompt that is close to a subcommand's name is refused with "did you mean"
+(``%soba -- WORD`` sends it); a line ending in ``?`` reaches these magics verbatim thanks to the
+input transform of :mod:`.verbatim`. Everything is delegated to :class:`~.controller.NotebookSession`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .magic_args import (
     parse_line,
     split_words,
 )
+from .soba_commands import PROMPT_NOTE
 
 __all__ = ["SobaMagics"]
 
@@ -43,18 +46,34 @@ SOBA_HELP = "\n".join([
     "",
     f"  %soba {options_synopsis(RUN_OPTIONS)} PROMPT",
     f"  %%soba {options_synopsis(RUN_OPTIONS)}      (the cell body is the prompt)",
+    "  %soba [options] -- TEXT     TEXT is the prompt as typed, even if it starts with a subcommand",
+    "                              or a '-' (a prompt may end in ? or ??)",
     "",
     "Subcommands:",
     *help_lines("%soba", soba_commands.COMMANDS.commands),
     "",
 ])
 
+
+def _refuse_a_mistyped_subcommand(line: str, prompt: str) -> None:
+    """A one-word prompt that is (close to) a subcommand's name was most likely meant as that
+    subcommand (``%soba stauts``): ask, and send nothing; ``%soba -- stauts`` sends it."""
+    if len(prompt.split()) != 1:
+        return
+    command = soba_commands.COMMANDS.suggest(prompt)
+    if command is None:
+        return
+    given = line.strip()[:len(line.strip()) - len(prompt)].strip()
+    raise UsageError(f"did you mean `%soba {command}`? (to send {prompt!r} to the agent as a prompt: "
+                     f"%soba {given + ' ' if given else ''}-- {prompt})")
+
+
 COMPACT = Command("", "[--remember] [instructions]", free_text=True, flags=(
     Flag("--remember", "mirror the capsule into Project Memory if it validates and is not degraded"),))
 BUDGET = Command("", "[--side]", words=(0, 0), flags=(
     Flag("--side", "the live widget in a JupyterLab side panel that stays in view while you scroll "
                    "(config switch ui.sidePanel opens it with the first turn)"),))
-AUTO_COMPACT = Command("", "on|off", words=(1, 1), choices=("on", "off"))
+AUTO_COMPACT = Command("", "[on|off]", words=(0, 1), choices=("on", "off"))
 
 
 def _help(magic: str, command: Command, text: str) -> str:
@@ -80,7 +99,10 @@ class SobaMagics(Magics):
                 return soba_commands.COMMANDS.dispatch(self.session, split_words(line))
             except SobaError as exc:
                 raise UsageError(str(exc)) from None
-        options, prompt = leading_options("%soba", RUN_OPTIONS, line)
+        read = leading_options("%soba", RUN_OPTIONS, line, note=PROMPT_NOTE)
+        options, prompt = read.options, read.prompt
+        if cell is None and not read.verbatim:
+            _refuse_a_mistyped_subcommand(line, prompt)
         if cell is not None:
             prompt = (prompt + "\n" + cell).strip() if prompt else cell.strip()
         if not prompt:
@@ -163,7 +185,13 @@ and the last compaction (the widget in a notebook, one text line in a terminal).
     # -- %auto_compact ----------------------------------------------------------------------
     @line_magic
     def auto_compact(self, line: str) -> Any:
-        value = parse_line("%auto_compact", AUTO_COMPACT, line.lower()).words[0]  # ON and On are on
+        words = parse_line("%auto_compact", AUTO_COMPACT, line.lower()).words  # ON and On are on
+        if not words:
+            on = self.session.config().compaction.auto
+            print(f"auto-compaction is {'on' if on else 'off'} (%auto_compact {'off' if on else 'on'} turns it "
+                  f"{'off' if on else 'on'}; the hard limit and context-overflow recovery always compact)")
+            return None
+        value = words[0]
         self.session.set_override("compaction", "auto", value == "on")
         if value == "off":
             print("auto-compaction off: soft triggers (auto threshold, turn complete, milestone, plan pivot) are "
@@ -173,7 +201,7 @@ and the last compaction (the widget in a notebook, one text line in a terminal).
         return None
 
     auto_compact.__doc__ = _help("%auto_compact", AUTO_COMPACT, """\
-Turn the soft compaction triggers on or off.
+Turn the soft compaction triggers on or off; with no word, show whether they are on.
 
 Off disables only the soft triggers (auto threshold, turn complete, milestone, plan pivot);
 the hard limit and provider overflow recovery stay mandatory.""")

@@ -15,7 +15,10 @@ from ..errors import ToolError
 from .controller import NotebookSession
 from .magic_args import Command, Handler, Parsed, Table
 
-__all__ = ["COMMANDS", "SKILL"]
+__all__ = ["COMMANDS", "PROMPT_NOTE", "SKILL"]
+
+#: Added to every mistake in a ``%soba`` line's subcommand or options: the way out to a prompt.
+PROMPT_NOTE = "(to send any text to the agent as a prompt, put -- first: %soba -- TEXT)"
 
 
 def _status(s: NotebookSession, args: Parsed) -> None:
@@ -51,10 +54,13 @@ def _rewind(s: NotebookSession, args: Parsed) -> None:
 
 
 def _stop(s: NotebookSession, args: Parsed) -> None:
-    s.ensure()
-    assert s.runtime is not None
+    # Only the kernel thread, which runs this, submits jobs, so nothing starts between the check
+    # and the cancel; no session is opened just to find nothing to stop.
+    if s.runtime is None or not s.runtime.busy:
+        print("nothing to stop: no turn, %compact or %capsule create is running or queued")
+        return
     dropped = s.runtime.cancel_all()
-    print("cancelling the running turn" + (f"; dropped {dropped} queued turn(s)" if dropped else ""))
+    print("cancelling the running turn" + (f"; dropped {dropped:,} queued job(s)" if dropped else ""))
 
 
 def _checkpoint(s: NotebookSession, args: Parsed) -> None:
@@ -74,6 +80,9 @@ def _config(s: NotebookSession, args: Parsed) -> None:
 
 def _skill_list(s: NotebookSession, args: Parsed) -> None:
     skills = s.ensure().agent.skills
+    if not skills.available():
+        print("no skills: add one as .soba/skills/NAME/SKILL.md in " + " or ".join(
+            str(root.parent.parent) for root in skills.roots))
     for skill in skills.available():
         mark = "*" if skill.name in skills.active() else " "
         print(f"{mark} {skill.name}: {skill.description}")
@@ -106,16 +115,17 @@ SKILL = Table("%soba skill", (
 
 #: The ``%soba`` subcommands, in the order ``%soba?`` lists them.
 COMMANDS = Table("%soba", (
-    Command("status", summary="session, budget, queue, last compaction", run=_status),
-    Command("sessions", summary="sessions of this project", run=_sessions),
+    Command("status", words=(0, 0), summary="session, budget, queue, last compaction", run=_status),
+    Command("sessions", words=(0, 0), summary="sessions of this project", run=_sessions),
     Command("resume", "SESSION_ID", "continue another session", words=(1, 1),
             usage_note=" (see %soba sessions)", run=_resume),
     Command("rewind", "ENTRY_ID", "move the leaf back (the transcript keeps everything)", words=(1, 1),
             run=_rewind),
-    Command("stop", summary="cancel the running turn or %compact / %capsule create, drop queued ones", run=_stop),
+    Command("stop", words=(0, 0), summary="cancel the running turn or %compact / %capsule create, drop queued ones",
+            run=_stop),
     Command("checkpoint", 'milestone|plan_pivot "note"', "record a milestone or a change of plan",
             words=(1, None), choices=("milestone", "plan_pivot"), run=_checkpoint),
     Command("skill", "activate|deactivate NAME", "(or: %soba skill list)", words=(0, 2),
             usage_note="  (or %soba skill list)", run=lambda s, args: SKILL.dispatch(s, args.words)),
-    Command("config", summary="the effective configuration (no secrets)", run=_config),
-))
+    Command("config", words=(0, 0), summary="the effective configuration (no secrets)", run=_config),
+), note=PROMPT_NOTE)
