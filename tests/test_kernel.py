@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import sys
 import time
 from pathlib import Path
@@ -57,6 +58,10 @@ def test_quickstart_runs_end_to_end_and_its_saved_widget_shows_a_completed_compa
     assert not [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                 if o.output_type == "stream" and o.name == "stderr" and "offline" in o.text], "not on stderr"
     assert "exported ck_" in outputs
+    # the "Compact on demand" cell shows what it describes: a real compaction, on every run
+    (compact,) = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("%compact")]
+    compact_text = "".join(o.get("data", {}).get("text/plain", "") + o.get("text", "") for o in compact.outputs)
+    assert re.search(r"✓ user · [\d,]+ → [\d,]+ tokens · reclaimed \d+\.\d%", compact_text), compact_text
     assert any("image/png" in o.get("data", {}) for c in nb.cells if c.cell_type == "code"
                for o in c.get("outputs", [])), "the budget plot is a real image"
 
