@@ -2,8 +2,9 @@
 
 :class:`Kernel` wraps ``jupyter_client``'s ``KernelManager``: ``submit`` sends a cell and returns at
 once (so two kernels can be sent cells at the same moment), ``wait`` collects what that cell
-showed as text, ``run`` does both. The kernel imports the package of the repository this file
-lives in (``PYTHONPATH``) and sees only ``home`` as its home directory.
+showed as text, ``run`` does both; ``wait_for_text`` waits for a running cell to show something.
+The kernel imports the package of the repository this file lives in (``PYTHONPATH``) and sees
+only ``home`` as its home directory.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class Kernel:
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
+        self._texts: dict[str, list[str]] = {}
+        self._idle: set[str] = set()
+        self._status: dict[str, str] = {}
         status, text = self.run("%load_ext soba_notebook")
         assert status == "ok", text
 
@@ -45,29 +49,45 @@ class Kernel:
         """Execute ``code``; the reply status and everything the cell showed as text."""
         return self.wait(self.submit(code), timeout)
 
-    def wait(self, msg_id: str, timeout: float = 120) -> tuple[str, str]:
-        texts: list[str] = []
+    def _pump(self) -> None:
+        """Read one message of the kernel's output (if one comes within a second) into the buffers."""
+        try:
+            msg = self.kc.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            return
+        parent = msg["parent_header"].get("msg_id")
+        if not parent:
+            return
+        content, texts = msg["content"], self._texts.setdefault(parent, [])
+        if msg["msg_type"] == "stream":
+            texts.append(content["text"])
+        elif msg["msg_type"] in ("display_data", "execute_result"):
+            texts.append(content.get("data", {}).get("text/plain", ""))
+        elif msg["msg_type"] == "error":
+            texts.append("\n".join(content.get("traceback", [])))
+        elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
+            self._idle.add(parent)
+
+    def wait_for_text(self, msg_id: str, needle: str, timeout: float = 120) -> str:
+        """Wait until the running cell ``msg_id`` has shown ``needle``; what it showed so far."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                msg = self.kc.get_iopub_msg(timeout=1)
-            except queue.Empty:
-                continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            content = msg["content"]
-            if msg["msg_type"] == "stream":
-                texts.append(content["text"])
-            elif msg["msg_type"] in ("display_data", "execute_result"):
-                texts.append(content.get("data", {}).get("text/plain", ""))
-            elif msg["msg_type"] == "error":
-                texts.append("\n".join(content.get("traceback", [])))
-            elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
-                while True:  # the shell reply of this cell (an earlier cell's may still be queued)
-                    reply = self.kc.get_shell_msg(timeout=10)
-                    if reply["parent_header"].get("msg_id") == msg_id:
-                        return str(reply["content"]["status"]), "".join(texts)
-        raise TimeoutError(f"cell {msg_id} did not finish within {timeout} s")
+        while needle not in "".join(self._texts.get(msg_id, [])):
+            if msg_id in self._idle or time.monotonic() > deadline:
+                raise AssertionError(f"the cell never showed {needle!r}: {''.join(self._texts.get(msg_id, []))}")
+            self._pump()
+        return "".join(self._texts[msg_id])
+
+    def wait(self, msg_id: str, timeout: float = 120) -> tuple[str, str]:
+        """Wait until cell ``msg_id`` ends: its reply status and everything it showed as text."""
+        deadline = time.monotonic() + timeout
+        while msg_id not in self._idle:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cell {msg_id} did not finish within {timeout} s")
+            self._pump()
+        while msg_id not in self._status:  # the shell replies arrive in the order the cells ran
+            reply = self.kc.get_shell_msg(timeout=10)
+            self._status[reply["parent_header"].get("msg_id")] = str(reply["content"]["status"])
+        return self._status.pop(msg_id), "".join(self._texts.pop(msg_id, []))
 
     def value(self, expression: str) -> str:
         """What ``print(expression)`` prints in the kernel (stripped)."""
