@@ -53,7 +53,7 @@ def unload_ipython_extension(ipython: Any) -> None:
 def current_store() -> SessionStore:
     """The session store this kernel's agent is using (``views.transcript(current_store())``).
 
-    Opens the agent (and its newest session) if no turn has run yet; raises :class:`RuntimeError`
+    Opens the agent (on a new session of this kernel's own) if no turn has run yet; raises :class:`RuntimeError`
     when ``%load_ext soba_notebook`` has not been run in this kernel.
     """
     from .notebook import current

@@ -15,7 +15,9 @@ __all__ = [
     "ContextOverflowError",
     "ProviderError",
     "SessionError",
+    "SessionHeldError",
     "SessionLockedError",
+    "SessionTakenOverError",
     "SessionWarning",
     "SobaError",
     "StaleLeafError",
@@ -49,6 +51,18 @@ class SessionError(SobaError):
 
 class SessionLockedError(SessionError):
     """Another process holds the session's write lock for longer than we were willing to wait."""
+
+
+class SessionHeldError(SessionError):
+    """Another live process holds the session's writer lease; ``holder`` says who (a ``Holder``)."""
+
+    def __init__(self, message: str, *, holder: object = None) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
+class SessionTakenOverError(SessionError):
+    """This process's writer lease on a session was taken over (or released): it may not append."""
 
 
 class StaleLeafError(SessionError):

@@ -418,7 +418,15 @@ class Agent:
         self.bus.emit("tool_end", **ToolEndPayload(call_id=call.id, name=call.name, is_error=True, cancelled=False,
                                                    content=message))
 
-    def _close_dangling(self, written: list[str]) -> None:
+    def close_open_calls(self, note: str) -> int:
+        """Give the tool calls of the session's last turn that have no result a recorded cancelled
+        result saying ``note`` (a session taken over from a kernel whose tool was still running:
+        its result can never be appended now); returns how many were closed."""
+        written: list[str] = []
+        self._close_dangling(written, note)
+        return len(written)
+
+    def _close_dangling(self, written: list[str], note: str = "cancelled before it ran") -> None:
         """Give every tool call of this turn that has no result a recorded cancelled result."""
         path = self.store.path()
         answered = {e.tool_call_id for e in path if e.role == "tool"}
@@ -428,8 +436,7 @@ class Agent:
             if entry.role == "assistant":
                 for call in entry.tool_calls:
                     if call.id not in answered:
-                        e = self._append(tool_result(call.id, call.name, "cancelled before it ran", is_error=True,
-                                                     cancelled=True))
+                        e = self._append(tool_result(call.id, call.name, note, is_error=True, cancelled=True))
                         written.append(e.id or "")
                 break
 

@@ -4,6 +4,12 @@
 ``.soba/sessions/``, flight records in ``.soba/flight.jsonl``, config from ``~/.soba`` and
 ``.soba/config.json``. With no provider configured the offline scripted model is used, and the
 returned :class:`AgentHandle` says so.
+
+An agent is its session's one writer: it holds the session's writer lease
+(:mod:`..session.lease`) until :meth:`AgentHandle.close` (or the process ends). A session another
+live process writes is refused with :class:`~soba_notebook.errors.SessionHeldError` naming that
+process, unless ``take_over``; then the tool calls the displaced writer left without a result get a
+recorded ``cancelled`` one, since its results can no longer be appended.
 """
 
 from __future__ import annotations
@@ -58,6 +64,10 @@ class AgentHandle:
     def store(self) -> SessionStore:
         return self.agent.store
 
+    def close(self) -> None:
+        """Give up the session's writer lease (another kernel may then resume it)."""
+        self.agent.store.release()
+
 
 def _model_block(config: SobaConfig) -> dict[str, Any]:
     m = config.model
@@ -69,9 +79,13 @@ def _model_block(config: SobaConfig) -> dict[str, Any]:
 def open_agent(project_dir: str | os.PathLike[str] | None = None, *, config: SobaConfig | None = None,
                overrides: Mapping[str, Any] | None = None, session: str | os.PathLike[str] | None = None,
                new: bool = False, provider: Provider | None = None, bus: EventBus | None = None,
-               user_namespace: dict[str, Any] | None = None, tools: ToolRegistry | None = None) -> AgentHandle:
+               user_namespace: dict[str, Any] | None = None, tools: ToolRegistry | None = None,
+               take_over: bool = False, holder: Mapping[str, str | None] | None = None) -> AgentHandle:
     """An agent on the newest session of the project (or ``session``, or a new one).
 
+    The agent holds the session's writer lease: a session another live process writes raises
+    :class:`~soba_notebook.errors.SessionHeldError` (naming it) unless ``take_over``. ``holder``
+    adds to the lease record what identifies this writer (``kernel``, ``notebook``).
     ``provider`` replaces the one the config's ``model`` block describes; ``tools`` replaces the
     built-in tools (``default_tools(config.tools)`` and ``register`` your own on it).
     """
@@ -91,6 +105,25 @@ def open_agent(project_dir: str | os.PathLike[str] | None = None, *, config: Sob
             store = SessionStore.open(existing[0].path)
     if store is None:
         store = SessionStore.create(paths.sessions, cwd=str(paths.root))
+    lease = store.claim(take_over=take_over, meta=dict(holder or {}))
+    try:
+        handle = _agent_on(store, paths, config, provider, bus, user_namespace, tools)
+        # The lease is ours: no result can be appended by the writer before us any more.
+        if lease.previous is not None:
+            handle.agent.close_open_calls(f"not finished: the session was taken over from "
+                                          f"{lease.previous.describe()} while this call ran")
+        elif lease.ended is not None:
+            handle.agent.close_open_calls(f"not finished: the process that ran it ({lease.ended.describe()}) "
+                                          f"ended first")
+    except BaseException:
+        store.release()
+        raise
+    return handle
+
+
+def _agent_on(store: SessionStore, paths: ProjectPaths, config: SobaConfig, provider: Provider | None,
+              bus: EventBus | None, user_namespace: dict[str, Any] | None, tools: ToolRegistry | None
+              ) -> AgentHandle:
     provider = provider or make_provider(_model_block(config))
     summary_provider = None
     if config.model.compaction_model and config.model.provider != "scripted":

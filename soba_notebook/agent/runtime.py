@@ -8,7 +8,9 @@ any other model work on the session, an explicit compaction or a capsule summary
 model request is in flight (seed section 3) and nothing is appended mid-turn. A job submitted
 while another runs waits and is taken after it; its queue position is returned.
 ``cancel_current`` cancels the running job (turn or compaction) from any thread through its
-cancel token. Nothing here knows IPython, so scripts and tests use it as it is.
+cancel token. ``stop`` cancels everything and *waits* for the running job to end, so a session is
+never switched or closed under a running turn: its tool is stopped and gets its recorded
+``cancelled`` result first. Nothing here knows IPython, so scripts and tests use it as it is.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, TypeVar
 from ..cancel import CancelToken
 from .loop import Agent
 
-__all__ = ["AgentRuntime", "QueuedTurn"]
+__all__ = ["AgentRuntime", "QueuedTurn", "Stopped"]
 
 T = TypeVar("T")
 
@@ -41,6 +43,16 @@ class QueuedTurn:
     cancel: CancelToken | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """What :meth:`AgentRuntime.stop` stopped."""
+
+    label: str | None  # the running job's prompt or label; None when nothing ran
+    result: Any = None  # what it returned (a ``TurnResult``, a ``CompactionOutcome``); None if it raised
+    ended: bool = True  # it ended within the wait
+    dropped: int = 0  # queued jobs dropped before they started
+
+
 class AgentRuntime:
     """Runs turns of one :class:`Agent` on a background thread, one at a time, in FIFO order."""
 
@@ -50,8 +62,9 @@ class AgentRuntime:
         self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
         self._thread.start()
         self._lock = threading.Lock()
-        self._queue: deque[tuple[Job, concurrent.futures.Future[Any], CancelToken]] = deque()
+        self._queue: deque[tuple[Job, concurrent.futures.Future[Any], CancelToken, str]] = deque()
         self._current: CancelToken | None = None
+        self._current_job: QueuedTurn | None = None
         self._running = False
         self._closed = False
 
@@ -69,7 +82,7 @@ class AgentRuntime:
             if self._closed:
                 raise RuntimeError("the agent runtime is closed")
             position = len(self._queue) + (1 if self._current is not None else 0)
-            self._queue.append((job, future, token))
+            self._queue.append((job, future, token, label))
             start = not self._running
             self._running = True
         if start:
@@ -82,9 +95,11 @@ class AgentRuntime:
                 if not self._queue:
                     self._running = False
                     self._current = None
+                    self._current_job = None
                     return
-                job, future, token = self._queue.popleft()
+                job, future, token, label = self._queue.popleft()
                 self._current = token
+                self._current_job = QueuedTurn(label, future, 0, token)
             if not future.set_running_or_notify_cancel():
                 continue
             try:
@@ -120,10 +135,31 @@ class AgentRuntime:
         with self._lock:
             dropped = list(self._queue)
             self._queue.clear()
-        for _, future, _ in dropped:
+        for _, future, _, _ in dropped:
             future.cancel()
         self.cancel_current()
         return len(dropped)
+
+    def stop(self, reason: str = "cancelled by the user", timeout: float = 30.0) -> Stopped:
+        """Drop the queued jobs, cancel the running one and wait (up to ``timeout`` seconds) until
+        it has ended: a running tool is stopped and its call answered before this returns."""
+        with self._lock:
+            current = self._current_job
+            dropped = list(self._queue)
+            self._queue.clear()
+        for _, future, _, _ in dropped:
+            future.cancel()
+        if current is None or current.future.done():
+            return Stopped(None, dropped=len(dropped))
+        if current.cancel is not None:
+            current.cancel.cancel(reason)
+        try:
+            result = current.future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            return Stopped(current.prompt, ended=False, dropped=len(dropped))
+        except BaseException:  # it ended by raising (or was cancelled): it ended all the same
+            result = None
+        return Stopped(current.prompt, result, dropped=len(dropped))
 
     @property
     def busy(self) -> bool:
@@ -146,7 +182,7 @@ class AgentRuntime:
     def close(self, timeout: float = 5.0) -> None:
         with self._lock:
             self._closed = True
-        self.cancel_all()
+        self.stop("the session was closed", timeout)  # never abandon a running tool call
 
         async def shutdown() -> None:
             with_aclose = getattr(self.agent.provider, "aclose", None)

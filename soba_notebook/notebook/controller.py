@@ -6,6 +6,12 @@ rendering them into the running cell (so output lands in the right cell), until 
 A kernel interrupt while waiting cancels the turn through the agent's cancel signal and waits
 for the transcript to be consistent again; the cell then says so, in a note and its static
 summary, in HTML and in text/plain (see :func:`cellview.stopped_turn`).
+
+Each kernel writes a session of its own: the first magic that needs one starts a new session,
+never the project's newest (another kernel may be writing that one). ``%soba resume`` opens another
+session only if no other live kernel writes it (the refusal names that kernel), or takes it over
+when asked; switching sessions while a turn runs cancels that turn and waits for it to end first
+(its tool stopped, a ``cancelled`` result recorded), and says so.
 """
 
 from __future__ import annotations
@@ -36,6 +42,28 @@ OFFLINE_NOTICE = ("No model provider is configured: using the offline scripted m
                   "To use a real model put a \"model\" block in .soba/config.json (for example "
                   '{"model": {"provider": "openai", "model": "gpt-4o-mini", "apiKeyEnv": "OPENAI_API_KEY"}}) '
                   "and set the API key in the environment.")
+
+
+#: How long switching sessions waits for the cancelled turn to end (a tool is killed at once; a
+#: model request is aborted at once): long only when something does not honour its cancel.
+SWITCH_WAIT_SECONDS = 30.0
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def kernel_identity() -> dict[str, str | None]:
+    """What names this kernel in a session's lease record: its kernel id and notebook, when known."""
+    kernel = None
+    try:
+        from ipykernel.connect import get_connection_file
+
+        kernel = Path(get_connection_file()).stem.removeprefix("kernel-")
+    except Exception:  # not in a kernel (terminal IPython, a script): no id to give
+        pass
+    return {"kernel": kernel, "notebook": os.environ.get("JPY_SESSION_NAME") or None}
 
 
 class _CellRenderer:
@@ -129,14 +157,29 @@ class NotebookSession:
     def config(self) -> SobaConfig:
         return load_config(project_dir=self.project_dir, overrides=self.overrides or None)
 
-    def ensure(self, *, session: str | None = None, new: bool = False) -> AgentHandle:
+    def ensure(self, *, session: str | None = None, new: bool = False, take_over: bool = False) -> AgentHandle:
+        """The kernel's agent: opened on first use on a new session of its own; with ``session``
+        (an id or a path) or ``new``, switched to that session.
+
+        The session to switch to is opened (its writer lease taken) before anything of the current
+        one is touched, so a refusal (another live kernel writes it) changes nothing here. Then
+        the running turn or job, if any, is cancelled and waited for, and the cell says so.
+        """
         if self.handle is not None and session is None and not new:
             return self.handle
+        if self.handle is not None and session is not None and self._is_current(session) \
+                and self.handle.store.lease is not None and self.handle.store.lease.held:
+            return self.handle  # already this kernel's (a lost one is taken back, or refused, below)
+        bus = EventBus()
+        handle = open_agent(self.project_dir, config=self.config(), session=session, new=new or session is None,
+                            bus=bus, user_namespace=self.user_namespace, take_over=take_over,
+                            holder=kernel_identity())
+        if self.runtime is not None:
+            self._stop_before_switching(handle.store.id)
         self.close()
-        self.bus = EventBus()
+        self.bus = bus
         self._unsubscribe = self.bus.subscribe(self._events.put)
-        self.handle = open_agent(self.project_dir, config=self.config(), session=session, new=new, bus=self.bus,
-                                 user_namespace=self.user_namespace)
+        self.handle = handle
         self.runtime = AgentRuntime(self.handle.agent)
         self._connect_kernel(self.handle)
         if len(self.handle.store) == 0:
@@ -146,6 +189,33 @@ class NotebookSession:
             workspace = str(self.handle.agent.workspace)
             cellview.show(cellview.note(cellview.offline_notice(workspace), title="Offline demo"), self.frontend)
         return self.handle
+
+    def _is_current(self, session: str) -> bool:
+        assert self.handle is not None
+        store = self.handle.store
+        return session == store.id or Path(session).expanduser().resolve() == store.file.resolve()
+
+    def _stop_before_switching(self, target: str) -> None:
+        """Cancel what runs on the current session and wait for it to end, saying what was stopped."""
+        assert self.runtime is not None and self.handle is not None
+        current = self.handle.store.id
+        stopped = self.runtime.stop(f"switching to session {target}", timeout=SWITCH_WAIT_SECONDS)
+        if stopped.label is None:
+            if stopped.dropped:
+                print(f"dropped {stopped.dropped:,} queued turn(s) of session {current} before switching")
+            return
+        outcome = getattr(stopped.result, "outcome", None)
+        what = f"the running turn “{_clip(stopped.label)}” on session {current}"
+        if not stopped.ended:
+            print(f"cancelled {what}, but it had not ended after {SWITCH_WAIT_SECONDS:g}s; switched anyway "
+                  f"(it ends on its own, on session {current})")
+        elif outcome in (None, "cancelled"):
+            print(f"cancelled {what} before switching: a running tool was stopped and its call recorded as "
+                  f"cancelled; the transcript is consistent")
+        else:
+            print(f"{what} ended ({outcome}) before switching")
+        if stopped.dropped:
+            print(f"dropped {stopped.dropped:,} queued turn(s) of session {current}")
 
     def _connect_kernel(self, handle: AgentHandle) -> None:
         """What only a kernel knows: its variables for every capsule, the user's cells for each turn."""
@@ -188,8 +258,11 @@ class NotebookSession:
                   f"%capsule load {memory.path_for(offered[0].id)}")
 
     def close(self) -> None:
+        """Stop the agent (a running turn is cancelled and waited for) and give its session up."""
         if self.runtime is not None:
             self.runtime.close()
+        if self.handle is not None:
+            self.handle.close()
         if self.display is not None and hasattr(self.display, "detach"):
             self.display.detach()
         if self._unsubscribe is not None:

@@ -13,7 +13,7 @@ from IPython.core.error import UsageError
 
 from ..errors import ToolError
 from .controller import NotebookSession
-from .magic_args import Command, Handler, Parsed, Table
+from .magic_args import Command, Flag, Handler, Parsed, Table
 
 __all__ = ["COMMANDS", "PROMPT_NOTE", "SKILL"]
 
@@ -28,17 +28,38 @@ def _status(s: NotebookSession, args: Parsed) -> None:
 
 
 def _sessions(s: NotebookSession, args: Parsed) -> None:
+    from ..agent import project_paths
+    from ..session.lease import current_holder
     from ..session.store import list_sessions
 
-    handle = s.ensure()
-    for info in list_sessions(handle.paths.sessions):
-        mark = "*" if info.id == handle.store.id else " "
-        print(f"{mark} {info.id}  created {info.created}  {info.size_bytes:,} bytes")
+    # listing does not open a session: a kernel's own session starts with its first turn
+    mine = s.handle.store.id if s.handle is not None else None
+    infos = list_sessions(project_paths(s.project_dir).sessions)
+    if not infos:
+        print("no sessions yet in this project; the first %soba turn starts one")
+    for info in infos:
+        mark = "*" if info.id == mine else " "
+        holder = current_holder(info.path) if info.id != mine else None
+        held = f"  written by {holder.describe()}" if holder is not None else ""
+        print(f"{mark} {info.id}  created {info.created}  {info.size_bytes:,} bytes{held}")
 
 
 def _resume(s: NotebookSession, args: Parsed) -> None:
-    handle = s.ensure(session=args.words[0])
-    print(f"resumed session {handle.store.id} ({len(handle.store)} entries)")
+    from ..agent import project_paths
+    from ..session.store import list_sessions
+
+    target = args.words[0] if args.words else None
+    if target is None:  # the newest session other than this kernel's own
+        mine = s.handle.store.id if s.handle is not None else None
+        others = [info for info in list_sessions(project_paths(s.project_dir).sessions) if info.id != mine]
+        if not others:
+            raise UsageError("no other session to resume in this project (see %soba sessions)")
+        target = others[0].id
+    handle = s.ensure(session=target, take_over=args.has("--take-over"))
+    lease = handle.store.lease
+    taken = f"; taken over from {lease.previous.describe()}, which can no longer write to it" \
+        if lease is not None and lease.previous is not None else ""
+    print(f"resumed session {handle.store.id} ({len(handle.store):,} entries){taken}")
 
 
 def _rewind(s: NotebookSession, args: Parsed) -> None:
@@ -117,7 +138,11 @@ SKILL = Table("%soba skill", (
 COMMANDS = Table("%soba", (
     Command("status", words=(0, 0), summary="session, budget, queue, last compaction", run=_status),
     Command("sessions", words=(0, 0), summary="sessions of this project", run=_sessions),
-    Command("resume", "SESSION_ID", "continue another session", words=(1, 1),
+    Command("resume", "[SESSION_ID] [--take-over]",
+            "continue another session (default: the newest other one); one that another live kernel writes "
+            "is refused, naming it, unless --take-over", words=(0, 1),
+            flags=(Flag("--take-over", "take the session from the live kernel writing it; that kernel can no "
+                                       "longer write to it"),),
             usage_note=" (see %soba sessions)", run=_resume),
     Command("rewind", "ENTRY_ID", "move the leaf back (the transcript keeps everything)", words=(1, 1),
             run=_rewind),

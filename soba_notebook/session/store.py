@@ -12,6 +12,9 @@ What this module guarantees:
   skipped for reading, left in place and copied to ``<id>.jsonl.torn-<offset>`` where the user
   can see it; the next append starts on a fresh line. A failed append raises a
   :class:`~soba_notebook.errors.SessionError` naming the file and the cause.
+* **One writer per session.** A store that holds the session's writer lease (:meth:`SessionStore.claim`,
+  :mod:`.lease`) checks it under the exclusive lock before every append, so once another process
+  took the session over, this one writes nothing more (two kernels never interleave turns).
 * **Live readers.** :meth:`SessionStore.refresh` picks up lines other writers appended; readers
   only ever consume complete lines, so a half-written entry is never seen.
 * **Clear errors.** A missing header, a non-JSON line, a parent that points nowhere: the message
@@ -35,10 +38,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import SessionError, SessionLockedError, SessionWarning, StaleLeafError
+from ..errors import SessionError, SessionHeldError, SessionLockedError, SessionWarning, StaleLeafError
 from ..locking import lock_exclusive, lock_shared, unlock
 from .entries import Entry, new_id, now_iso
 from .jsonl import FORMAT_VERSION, parse_header, parse_lines, quarantine
+from .lease import WriterLease
 from .payloads import leaf_data
 
 __all__ = ["FORMAT_VERSION", "BatchEntryError", "SessionInfo", "SessionStore", "list_sessions"]
@@ -83,6 +87,8 @@ class SessionStore:
         self.problems: list[str] = []
         #: increases on every change of entries or leaf; a cheap staleness token
         self.version = 0
+        #: this process's writer lease on the session, once :meth:`claim` took it
+        self.lease: WriterLease | None = None
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -366,6 +372,8 @@ class SessionStore:
                                f"this soba_notebook only reads it")
         with self._mutex, self._locked():
             self._catch_up_locked()
+            if self.lease is not None:
+                self.lease.verify()
             if expect_leaf is not ... and self._leaf != expect_leaf:
                 raise StaleLeafError(f"{self.file}: session leaf is {self._leaf!r}, not the expected "
                                      f"{expect_leaf!r}; nothing was appended")
@@ -409,6 +417,8 @@ class SessionStore:
             return []
         with self._mutex, self._locked():
             self._catch_up_locked()
+            if self.lease is not None:
+                self.lease.verify()
             filled, data = self._serialize_batch(entries)
             fd = os.open(self.file, os.O_WRONLY | os.O_APPEND)
             try:
@@ -487,6 +497,30 @@ class SessionStore:
             self._needs_newline = True
         return SessionError(f"{self.file}: could not append the {entry.type} entry ({cause}); it was not saved. "
                             f"Free some space (or fix the disk) and go on: the session stays readable")
+
+    # -- the writer lease --------------------------------------------------------------------
+    def claim(self, *, take_over: bool = False, meta: dict[str, str | None] | None = None) -> WriterLease:
+        """Become the session's one writer (:mod:`.lease`): :class:`SessionHeldError` names a live
+        holder, unless ``take_over``, which happens under the append lock, so the displaced writer's
+        next append is refused, never interleaved. The lease's ``previous`` is that holder."""
+        with self._mutex:
+            if self.lease is not None and self.lease.held:
+                return self.lease
+            self.release()  # a lease lost to a take-over still locks the replaced file
+            try:
+                self.lease = WriterLease.acquire(self.file, session_id=self.id, meta=meta)
+            except SessionHeldError:
+                if not take_over:
+                    raise
+                with self._locked():
+                    self.lease = WriterLease.acquire(self.file, session_id=self.id, meta=meta, take_over=True)
+            return self.lease
+
+    def release(self) -> None:
+        """Give up the writer lease (if held); the store stays readable."""
+        with self._mutex:
+            if self.lease is not None:
+                self.lease.release()
 
     def rewind(self, entry_id: str, reason: str = "rewind") -> Entry:
         """Move the leaf to ``entry_id`` by appending a ``leaf`` entry; no earlier line changes."""

@@ -1,0 +1,100 @@
+"""A real IPython kernel for tests: started in a project directory with soba_notebook loaded.
+
+:class:`Kernel` wraps ``jupyter_client``'s ``KernelManager``: ``submit`` sends a cell and returns at
+once (so two kernels can be sent cells at the same moment), ``wait`` collects what that cell
+showed as text, ``run`` does both; ``wait_for_text`` waits for a running cell to show something.
+The kernel imports the package of the repository this file lives in (``PYTHONPATH``) and sees
+only ``home`` as its home directory.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from jupyter_client import KernelManager
+
+__all__ = ["REPO", "Kernel"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Kernel:
+    """A real IPython kernel in ``project`` with ``%load_ext soba_notebook`` run."""
+
+    def __init__(self, project: Path, home: Path, env: Mapping[str, str] | None = None) -> None:
+        home.mkdir(parents=True, exist_ok=True)
+        self.km = KernelManager(kernel_name="python3")
+        full_env = {**os.environ, "HOME": str(home), "NO_PROXY": "*",
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+                    **(env or {})}
+        self.km.start_kernel(cwd=str(project), env=full_env)
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+        self._texts: dict[str, list[str]] = {}
+        self._idle: set[str] = set()
+        self._status: dict[str, str] = {}
+        status, text = self.run("%load_ext soba_notebook")
+        assert status == "ok", text
+
+    def submit(self, code: str) -> str:
+        """Send a cell; its message id (``wait`` for its outcome)."""
+        return str(self.kc.execute(code))
+
+    def run(self, code: str, timeout: float = 120) -> tuple[str, str]:
+        """Execute ``code``; the reply status and everything the cell showed as text."""
+        return self.wait(self.submit(code), timeout)
+
+    def _pump(self) -> None:
+        """Read one message of the kernel's output (if one comes within a second) into the buffers."""
+        try:
+            msg = self.kc.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            return
+        parent = msg["parent_header"].get("msg_id")
+        if not parent:
+            return
+        content, texts = msg["content"], self._texts.setdefault(parent, [])
+        if msg["msg_type"] == "stream":
+            texts.append(content["text"])
+        elif msg["msg_type"] in ("display_data", "execute_result"):
+            texts.append(content.get("data", {}).get("text/plain", ""))
+        elif msg["msg_type"] == "error":
+            texts.append("\n".join(content.get("traceback", [])))
+        elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
+            self._idle.add(parent)
+
+    def wait_for_text(self, msg_id: str, needle: str, timeout: float = 120) -> str:
+        """Wait until the running cell ``msg_id`` has shown ``needle``; what it showed so far."""
+        deadline = time.monotonic() + timeout
+        while needle not in "".join(self._texts.get(msg_id, [])):
+            if msg_id in self._idle or time.monotonic() > deadline:
+                raise AssertionError(f"the cell never showed {needle!r}: {''.join(self._texts.get(msg_id, []))}")
+            self._pump()
+        return "".join(self._texts[msg_id])
+
+    def wait(self, msg_id: str, timeout: float = 120) -> tuple[str, str]:
+        """Wait until cell ``msg_id`` ends: its reply status and everything it showed as text."""
+        deadline = time.monotonic() + timeout
+        while msg_id not in self._idle:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cell {msg_id} did not finish within {timeout} s")
+            self._pump()
+        while msg_id not in self._status:  # the shell replies arrive in the order the cells ran
+            reply = self.kc.get_shell_msg(timeout=10)
+            self._status[reply["parent_header"].get("msg_id")] = str(reply["content"]["status"])
+        return self._status.pop(msg_id), "".join(self._texts.pop(msg_id, []))
+
+    def value(self, expression: str) -> str:
+        """What ``print(expression)`` prints in the kernel (stripped)."""
+        status, text = self.run(f"print({expression})")
+        assert status == "ok", text
+        return text.strip()
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=True)
