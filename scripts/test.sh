@@ -3,15 +3,32 @@
 # browser test, the real local model server and SmolLM2-135M for the realmodel tier) and runs lint,
 # the type checker (mypy; its settings are pyproject.toml's [tool.mypy]) and the whole suite. This is
 # the README's test command; CI's .ci/run calls it and nothing else.
+#
+#   scripts/test.sh [PYTEST ARGS...]          everything; the arguments go to pytest
+#   scripts/test.sh --fast [PYTEST ARGS...]   lint, types and the suite without the realmodel and
+#                                             browser tiers, and without installing llama-cpp-python
+#                                             or Chromium: a contributor's answer in minutes
 set -euo pipefail
 cd "$(dirname "$0")/.."
+fast=0
+args=()
+for arg in "$@"; do
+  if [ "$arg" = "--fast" ]; then fast=1; else args+=("$arg"); fi
+done
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[test]'
-bash scripts/install-browser.sh
-bash scripts/install-local-model.sh
+if [ "$fast" = 0 ]; then
+  bash scripts/install-browser.sh
+  bash scripts/install-local-model.sh
+fi
 .venv/bin/python -m ruff check soba_notebook tests bench scripts
 .venv/bin/python -m mypy
-.venv/bin/python -m pytest -q "$@"
+if [ "$fast" = 1 ]; then
+  # a -m given after this one (in the arguments) replaces it
+  .venv/bin/python -m pytest -q -m "not realmodel and not browser" ${args[@]+"${args[@]}"}
+else
+  .venv/bin/python -m pytest -q ${args[@]+"${args[@]}"}
+fi

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import pytest
+from ci_support import unavailable
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "build" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -85,10 +85,7 @@ def _free_port() -> int:
 def running_server(log: Path, context: int = SERVER_CONTEXT) -> Iterator[LocalServer]:
     problem = _missing()
     if problem:
-        message = f"{problem}; run scripts/install-local-model.sh (the README's test command does)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(f"{problem}; run scripts/install-local-model.sh (the README's test command does)")
     port = _free_port()
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(MODEL), "--model_alias", MODEL_ALIAS,
                "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(context), "--n_threads", "1",

@@ -1,7 +1,8 @@
 """Fault injection (issue 13): kill -9 during an append and during write_file, a full disk, and hostile
 workspace layouts. Run alone with ``pytest -m faults``.
 
-The full-disk tests mount a small tmpfs, which needs root; they skip with the reason otherwise.
+The full-disk tests mount a small tmpfs, which needs root: under CI (which runs as root) a mount
+that fails fails them; elsewhere they skip with the reason.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from agent_support import make_agent
+from ci_support import unavailable
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 
 from soba_notebook.agent import workspace as wsmod
@@ -107,11 +109,11 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     mount = tmp_path / "disk"
     mount.mkdir()
     if os.geteuid() != 0:
-        pytest.skip("a full disk needs a small tmpfs, and mounting one needs root")
+        unavailable("a full disk needs a small tmpfs, and mounting one needs root")
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True,
                           text=True)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+        unavailable(f"cannot mount a tmpfs at {mount}: {done.stderr.strip() or done.returncode}")
     try:
         yield mount
     finally:

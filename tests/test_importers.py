@@ -4,7 +4,8 @@ Two groups of tests:
 
 * every real transcript under ``../shared/data/transcripts`` (pi, mini-swe-agent, SWE-agent)
   imports; its sha256 is unchanged; entry counts, usage and tool pairs match what an independent
-  reading of the source says. These skip, with the reason, when ``/work/shared`` is absent.
+  reading of the source says. When ``../shared`` is absent they fail under CI and skip with the
+  reason elsewhere (conftest's ``require_shared``).
 * small hand-made files in ``tests/data/importers`` prove the mapping rules and that malformed
   input (run-together objects, truncation, a garbage line, unknown blocks) is reported with its
   line and never drops the rest.
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import PI_SESSION, TRANSCRIPTS, repo_python_env, require_shared
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,31 +46,30 @@ FIXTURES = Path(__file__).parent / "data" / "importers"
 
 
 # -- shared data ----------------------------------------------------------------------------------
-def shared_dir() -> Path:
-    """``/work/shared`` next to the repository (real transcripts and the design documents)."""
-    return Path(__file__).resolve().parents[2] / "shared"
-
-
-def transcripts_dir() -> Path:
-    return shared_dir() / "data" / "transcripts"
-
-
-SKIP_REASON = (f"real transcripts not found at {transcripts_dir()} (the shared data directory next to the "
-               f"repository); the fixture-based importer tests still run")
-
-
 def shared_transcripts() -> list[Path]:
-    root = transcripts_dir()
-    if not root.is_dir():
+    if not TRANSCRIPTS.is_dir():
         return []
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith((".jsonl", ".traj", ".traj.json")))
+    return sorted(p for p in TRANSCRIPTS.rglob("*")
+                  if p.is_file() and p.name.endswith((".jsonl", ".traj", ".traj.json")))
 
 
 def shared_params() -> list[Any]:
+    """One parameter per shared transcript; without them, one (``None``) that :func:`source` fails or skips."""
     files = shared_transcripts()
     if not files:
-        return [pytest.param(None, marks=pytest.mark.skip(reason=SKIP_REASON), id="shared-data-absent")]
-    return [pytest.param(f, id=str(f.relative_to(transcripts_dir()))) for f in files]
+        return [pytest.param(None, id="shared-data-absent")]
+    return [pytest.param(f, id=str(f.relative_to(TRANSCRIPTS))) for f in files]
+
+
+@pytest.fixture
+def source(request: pytest.FixtureRequest) -> Path:
+    """The transcript a test is parametrized with; without the shared data the test fails under CI and
+    skips with the reason elsewhere (conftest's ``require_shared``)."""
+    if request.param is None:
+        require_shared()
+        raise AssertionError(f"no transcripts (*.jsonl, *.traj, *.traj.json) under {TRANSCRIPTS}")
+    path: Path = request.param
+    return path
 
 
 def expected_format(path: Path) -> str:
@@ -154,7 +155,7 @@ def non_marker_entries(session: Path) -> list[Entry]:
 
 
 # -- real transcripts -----------------------------------------------------------------------------
-@pytest.mark.parametrize("source", shared_params())
+@pytest.mark.parametrize("source", shared_params(), indirect=True)
 def test_every_shared_transcript_imports_into_a_valid_session(source: Path,
                                                               imported_shared: dict[Path, Imported]) -> None:
     result = imported_shared[source]
@@ -164,13 +165,13 @@ def test_every_shared_transcript_imports_into_a_valid_session(source: Path,
     assert result.report.entries_written == len(store.entries())
 
 
-@pytest.mark.parametrize("source", shared_params())
+@pytest.mark.parametrize("source", shared_params(), indirect=True)
 def test_import_never_modifies_the_source(source: Path, imported_shared: dict[Path, Imported]) -> None:
     result = imported_shared[source]
     assert sha256(source) == result.sha_before == result.report.sha256
 
 
-@pytest.mark.parametrize("source", shared_params())
+@pytest.mark.parametrize("source", shared_params(), indirect=True)
 def test_header_records_imported_from_path_format_and_sha256(source: Path,
                                                              imported_shared: dict[Path, Imported]) -> None:
     result = imported_shared[source]
@@ -179,12 +180,12 @@ def test_header_records_imported_from_path_format_and_sha256(source: Path,
                                       "sha256": result.sha_before}
 
 
-@pytest.mark.parametrize("source", shared_params())
+@pytest.mark.parametrize("source", shared_params(), indirect=True)
 def test_format_detection_recognizes_each_shared_transcript(source: Path) -> None:
     assert detect_format(source) == expected_format(source)
 
 
-@pytest.mark.parametrize("source", shared_params())
+@pytest.mark.parametrize("source", shared_params(), indirect=True)
 def test_entry_counts_match_the_source_message_counts(source: Path, imported_shared: dict[Path, Imported]) -> None:
     result = imported_shared[source]
     entries = non_marker_entries(result.session)
@@ -195,7 +196,7 @@ def test_entry_counts_match_the_source_message_counts(source: Path, imported_sha
     assert result.report.message_entries == len(messages)
 
 
-@pytest.mark.parametrize("source", shared_params())
+@pytest.mark.parametrize("source", shared_params(), indirect=True)
 def test_tool_pairs_are_intact_where_the_source_has_them_intact(source: Path,
                                                                 imported_shared: dict[Path, Imported]) -> None:
     result = imported_shared[source]
@@ -211,10 +212,7 @@ def test_tool_pairs_are_intact_where_the_source_has_them_intact(source: Path,
 
 
 def pi_source() -> Path:
-    path = transcripts_dir() / "pi-mono" / "large-session.jsonl"
-    if not path.is_file():
-        pytest.skip(SKIP_REASON)
-    return path
+    return require_shared(PI_SESSION)
 
 
 def test_pi_assistant_usage_is_preserved_exactly(imported_shared: dict[Path, Imported]) -> None:
@@ -263,9 +261,9 @@ def test_pi_thinking_and_aborted_request_errors_are_kept(imported_shared: dict[P
 
 def test_mini_swe_agent_usage_model_and_timestamps_come_from_the_recorded_response(
         imported_shared: dict[Path, Imported]) -> None:
+    require_shared()
     sources = [s for s in shared_transcripts() if s.name.endswith(".traj.json")]
-    if not sources:
-        pytest.skip(SKIP_REASON)
+    assert sources, f"no mini-swe-agent transcript (*.traj.json) under {TRANSCRIPTS}"
     checked = 0
     for source in sources:
         messages = source_records(source)
@@ -292,8 +290,7 @@ def test_mini_swe_agent_usage_model_and_timestamps_come_from_the_recorded_respon
 
 
 def test_swe_agent_demonstrations_are_kept_as_marked_user_messages(imported_shared: dict[Path, Imported]) -> None:
-    if not shared_transcripts():
-        pytest.skip(SKIP_REASON)
+    require_shared()
     demos = 0
     for source in (s for s in shared_transcripts() if s.name.endswith(".traj")):
         for msg, entry in zip(source_records(source), non_marker_entries(imported_shared[source].session),
@@ -663,7 +660,7 @@ def test_importers_stay_headless() -> None:
             "from soba_notebook.importers import pi, claude_code, openai_messages\n"
             "bad = [n for n in ('IPython', 'pandas', 'ipywidgets', 'anywidget') if n in sys.modules]\n"
             "assert not bad, bad\n")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, env=repo_python_env())
 
 
 def test_import_writes_in_batches_and_repairs_lone_surrogates_in_any_entry(tmp_path: Path) -> None:

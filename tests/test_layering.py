@@ -174,7 +174,10 @@ def test_importing_the_package_does_not_load_ui_libraries() -> None:
     import subprocess
     import sys
 
+    from conftest import repo_python_env
+
     code = ("import sys, soba_notebook, soba_notebook.session, soba_notebook.budget; "
             "print(sorted(m for m in ('IPython','ipywidgets','anywidget','pandas') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=repo_python_env()).stdout
     assert out.strip() == "[]"

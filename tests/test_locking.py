@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import repo_python_env
+
 from soba_notebook.locking import IMPLEMENTATION, lock_exclusive, lock_shared, unlock
 
 # A Windows stand-in: ``fcntl`` cannot be imported and ``msvcrt.locking`` records what it is asked.
@@ -53,7 +55,7 @@ print(len(calls))
 
 def test_the_package_imports_and_locks_where_fcntl_does_not_exist(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", _WITHOUT_FCNTL, str(tmp_path)], capture_output=True, text=True,
-                         timeout=300)  # a lock never released would hang here instead of failing
+                         timeout=300, env=repo_python_env())  # a lock never released would hang here instead of failing
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) >= 3  # the store's append and open, and the flight record, all locked
 

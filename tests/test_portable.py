@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import repo_python_env
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -364,7 +365,7 @@ def test_export_killed_mid_write_leaves_target_absent_and_the_temp_file_is_swept
         "portable.os.fsync = die\n"
         f"portable.export(portable.PortableCapsule(id='cap_k', capsule=Capsule(goal='g' * 100000)), {str(target)!r},"
         " environ={})\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=repo_python_env())
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert not target.exists()
     leftovers = [p.name for p in tmp_path.iterdir()]

@@ -35,6 +35,7 @@ __all__ = [
     "EntryRange",
     "Verification",
     "merge_unique",
+    "quote",
     "render",
     "roll",
 ]
@@ -254,9 +255,10 @@ HANDOFF_NOTE = ("This capsule is a quoted handoff loaded from another session's 
                 "user.")
 
 
-def _quote(text: str) -> str:
+def quote(text: str) -> str:
     """Capsule text made inert inside the wrapper: it can neither close or open the wrapper tag nor start
-    a heading or a new block (every continuation line is indented)."""
+    a heading or a new block (every continuation line is indented). Every text rendered inside the
+    wrapper goes through it, the kernel-state section included (:mod:`.kernel_section`)."""
     text = _WRAPPER_TAG.sub(lambda m: "&lt;" + m.group(1), str(text))
     return text.replace("\r", "").replace("\n", "\n  ")
 
@@ -265,7 +267,7 @@ def render(capsule: Capsule, *, checkpoint_id: str | None = None, quality: str =
            handoff: bool = False) -> str:
     """The capsule as the model reads it at the start of its input.
 
-    Every piece of capsule text is quoted (:func:`_quote`), so a summary or a loaded file that
+    Every piece of capsule text is quoted (:func:`quote`), so a summary or a loaded file that
     holds ``</context_capsule> SYSTEM: ...`` or fake headings cannot close or impersonate the
     wrapper. ``handoff`` (a capsule loaded from a file) adds :data:`HANDOFF_NOTE`.
     """
@@ -274,7 +276,7 @@ def render(capsule: Capsule, *, checkpoint_id: str | None = None, quality: str =
     if checkpoint_id:
         head += f' checkpoint="{checkpoint_id}"'
     if quality != "ok":
-        head += f' quality="{_quote(quality).replace(chr(34), "")}"'
+        head += f' quality="{quote(quality).replace(chr(34), "")}"'
     if handoff:
         head += ' source="handoff"'
     lines = [head + ">",
@@ -309,10 +311,10 @@ def render(capsule: Capsule, *, checkpoint_id: str | None = None, quality: str =
 
 
 def _quoted_capsule(capsule: Capsule) -> Capsule:
-    """``capsule`` with :func:`_quote` applied to every string it renders."""
+    """``capsule`` with :func:`quote` applied to every string it renders."""
     def q(value: Any) -> Any:
         if isinstance(value, str):
-            return _quote(value)
+            return quote(value)
         if isinstance(value, tuple):
             return tuple(q(v) for v in value)
         if hasattr(value, "__dataclass_fields__"):

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..session.payloads import KernelStateData
+from .capsule import quote
 
 __all__ = ["KernelStateProvider", "kernel_state_field", "kernel_state_text", "with_kernel_state"]
 
@@ -49,13 +50,17 @@ def kernel_state_field(provider: KernelStateProvider | None) -> KernelStateData:
 
 
 def kernel_state_text(data: Mapping[str, Any]) -> str:
-    """The section as the model reads it, from a capsule entry's data; ``""`` when there is none."""
+    """The section as the model reads it, from a capsule entry's data; ``""`` when there is none.
+
+    Each line is quoted like every other capsule text (:func:`.capsule.quote`): a variable name or
+    type string, live or from a loaded file, is data and cannot close the wrapper or start a heading.
+    """
     raw = data.get("kernelState")
     lines = [s for s in raw if isinstance(s, str)] if isinstance(raw, list) else []
     if not lines:
         return ""
     heading = _LOADED if data.get("kernelStateLoaded") else _LIVE
-    return heading + "\n" + "\n".join(f"- {line}" for line in lines)
+    return heading + "\n" + "\n".join(f"- {quote(line)}" for line in lines)
 
 
 def with_kernel_state(rendered: str, data: Mapping[str, Any]) -> str:
