@@ -279,7 +279,9 @@ class OpenAIWire:
     def _usage(usage: Mapping[str, Any] | bool | None, request: Mapping[str, Any],
                text: str | Sequence[str]) -> dict[str, Any]:
         given = dict(usage) if isinstance(usage, Mapping) else {}
-        prompt = int(given.get("prompt_tokens", _estimate_tokens(request.get("messages", []))))
+        # like a real server, the prompt it counts holds the tool definitions too
+        tools = _estimate_tokens(request["tools"]) if request.get("tools") else 0
+        prompt = int(given.get("prompt_tokens", _estimate_tokens(request.get("messages", [])) + tools))
         completion = int(given.get("completion_tokens", _estimate_tokens(text)))
         cached = int(given.get("cached_tokens", 0))
         out = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,

@@ -76,6 +76,10 @@ def test_user_message_from_another_kernel_between_call_and_result_is_not_a_cut(t
     """Two kernels on one session: a user message lands between a call and its result."""
     store, engine, _ = make_engine(tmp_path, small_config(tmp_path, keepRecentTokens=1500), FakeSummarizer())
     other = SessionStore.open(store.file)
+    # earlier work, so that a capsule replaces more than it costs (a compact that would grow the
+    # context appends nothing, and then no cut is made at all)
+    store.append(user_message("survey the project. " + text_of(2000)))
+    store.append(assistant_message("surveyed. " + text_of(2000, 3)))
     store.append(user_message("read the big file"))
     store.append(assistant_message("", [ToolCall("big", "read_file", {"path": "big.py"})]))
     other.append(user_message("typed in the second kernel"))

@@ -34,7 +34,9 @@ def test_python_tool_write_script_run_by_shell_and_cp_restore_all_reach_the_next
     q.enqueue(tool_calls=_calls(("p1", "python", {"code": "open('report.txt', 'w').write('rows: 1')"})))
     q.enqueue(tool_calls=_calls(("s1", "shell", {"command": "python3 fix.py"})))
     q.enqueue(tool_calls=_calls(("s2", "shell", {"command": "cp backup.cfg settings.cfg"})))
-    q.enqueue(text="done")
+    # a long closing reply: the capsule then replaces more than it costs (a compact that would grow
+    # the context appends nothing)
+    q.enqueue(text="done. " + "The report, the fix and the restored settings are in place. " * 150)
     assert asyncio.run(agent.run_turn("write a report, apply the fix, restore the settings")).outcome == "completed"
     results = {e.tool_call_id: e.message for e in agent.store.path() if e.role == "tool"}
     assert results["p1"]["filesChanged"]["created"] == ["report.txt"]

@@ -205,11 +205,13 @@ def test_compact_with_history_reports_tokens_and_checkpoint(shell: InteractiveSh
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("SOBA_TEST_KEY", "k" * 12)
     _use_fake_server(tmp_path, fake_server, keepRecentTokens=200)
-    for i in range(3):
+    # enough history that a capsule replaces more than it costs (a compact that would grow the
+    # context appends nothing)
+    for i in range(6):
         fake_server.openai.enqueue(text=f"answer {i} " + "words " * 400)
-    for i in range(3):
+    for i in range(6):
         shell.run_line_magic("soba", f"question {i}")
-    fake_server.handler = lambda path, body: {"text": '{"goal": "answer questions", "done": ["answered 3"]}'}
+    fake_server.handler = lambda path, body: {"text": '{"goal": "answer questions", "done": ["answered 6"]}'}
     shell.run_line_magic("compact", "focus on the answers")
     out = capsys.readouterr().out
     assert "compacted (user)" in out and "ck_" in out and "reclaimed" in out
@@ -224,8 +226,12 @@ def test_capsule_create_export_list_show_and_load(shell: InteractiveShell, tmp_p
     _use_fake_server(tmp_path, fake_server, keepRecentTokens=200)
     fake_server.openai.enqueue(tool_calls=[{"id": "w1", "name": "write_file",
                                             "arguments": {"path": "parser.py", "content": "def parse(): ...\n"}}])
-    fake_server.openai.enqueue(text="wrote the parser " + "words " * 300)
+    # a long reply, then a short turn: the capsule replaces more than it costs (a compact that
+    # would grow the context appends nothing)
+    fake_server.openai.enqueue(text="wrote the parser " + "words " * 1500)
     shell.run_line_magic("soba", "write a parser")
+    fake_server.openai.enqueue(text="you are welcome " + "words " * 300)  # the retained tail
+    shell.run_line_magic("soba", "thanks")
     fake_server.handler = lambda path, body: {"text": '{"goal": "write a parser", "filesModified": ["parser.py"]}'}
     session = _magics(shell).session
     store = session.handle.store

@@ -373,17 +373,17 @@ class CompactionEngine:
                     self._soft_retry_at = (check.context_key, plan.tokens_before + growth)
                     return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started,
                                         tokens_after=after, quality=quality)
-            elif after >= plan.tokens_before:
+            elif trigger not in MANDATORY and after >= plan.tokens_before:
                 # Exempt from the ROI gate is not licence to grow the context: a capsule that makes
                 # the continuation larger helps nobody. The local capsule replaces it when smaller.
+                # (A mandatory compact has its own guards: the hard limit and the overflow retry's.)
                 smaller = self._smaller_than_before(plan, after)
-                if smaller is None and trigger not in MANDATORY:
+                if smaller is None:
                     return self._finish(
                         plan.operation_id, trigger, "skipped",
                         f"a capsule would not make the context smaller ({plan.tokens_before:,} → {after:,} "
                         f"tokens); nothing appended", check, None, started, tokens_after=after, quality=quality)
-                if smaller is not None:
-                    capsule, quality, note, after = smaller
+                capsule, quality, note, after = smaller
             if trigger in MANDATORY and after > plan.hard_limit:
                 # the capsule came out too large: keep less verbatim, then a smaller local capsule
                 retry = self._shrink(plan, check)
