@@ -13,11 +13,11 @@
 //   data-phase         idle | compacting | completed | skipped | failed | cancelled | stale
 //   data-progress      integer percent of the running / last compaction
 //   data-outcome       outcome of the last compaction ("" before the first)
-//   data-status        outcome, or "degraded" for a completed compact with a fallback capsule
+//   data-status        outcome, or the quality ("partial" | "degraded") of a completed compact whose capsule is not ok
 //   data-checkpoint    checkpoint id of the last compaction ("" when none)
 //   data-reclaimed     reclaimed tokens of the last compaction (integer)
 //   data-reclaimed-percent   reclaimed percent, one decimal
-//   data-quality       ok | degraded | ""
+//   data-quality       ok | partial | degraded | ""
 //   data-version       state version (increments per applied event)
 //   data-turn          "1" while an agent turn is running
 //   data-fresh         "1" for a few seconds after a compaction completed (the line is highlighted)

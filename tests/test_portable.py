@@ -273,7 +273,7 @@ def test_malformed_verification_line_is_an_error_on_its_line(tmp_path: Path, bad
     ("- docs", "docs without a bullet", "expected a '- ' list item"),
     ("- docs", '- "unterminated', "must be a JSON string"),
     ("- docs", '- "a" trailing', "unexpected text 'trailing'"),
-    ("quality: ok", "quality: great", "quality 'great' is not one of ok, degraded"),
+    ("quality: ok", "quality: great", "quality 'great' is not one of ok, partial, degraded"),
     ("tokens: 1840", "tokens: many", "tokens must be int"),
     ("id: cap_0123456789abcdef", "id: ../../etc/passwd", "must be letters, digits"),
     ("title: handoff auth work", "title handoff", "expected 'key: value'"),

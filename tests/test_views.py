@@ -46,7 +46,7 @@ CAPSULE_DTYPES = {"checkpoint_id": "string", "trigger": "category", "quality": "
                   "tokens_after": "Int64", "reclaimed_tokens": "Int64", "reclaimed_percent": "float64",
                   "first_kept_entry_id": "string", "summarized_entries": "Int64", "duration_ms": "Int64",
                   "operation_id": "string", "ts": UTC_NS, "entry_id": "string", "source": "category",
-                  "previous_checkpoint_id": "string", "on_path": "bool"}
+                  "previous_checkpoint_id": "string", "on_path": "bool", "ungrounded_claims": "Int64"}
 BUDGET_DTYPES = {"inference": "Int64", "event": "category", "entry_id": "string", "ts": UTC_NS,
                  "effective_tokens": "Int64", "tokens_after": "Int64", "estimated_tokens": "Int64",
                  "hard_limit": "Int64", "soft_limit": "Int64", "context_window": "Int64", "source": "category",

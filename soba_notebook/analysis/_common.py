@@ -22,13 +22,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import pandas as pd
 
 from ..errors import SessionError
 from ..session.entries import Entry
-from ..session.payloads import leaf_data
+from ..session.payloads import Quality, leaf_data
 from ..session.store import SessionStore
 from ..tokens import TokenCounter
 
@@ -59,7 +59,7 @@ SessionLike = str | os.PathLike[str] | SessionStore
 TRIGGER_CATEGORIES = ("hard_limit", "milestone", "plan_pivot", "turn_complete", "auto_threshold", "user",
                       "context_overflow")
 OUTCOME_CATEGORIES = ("completed", "skipped", "cancelled", "stale", "failed")
-QUALITY_CATEGORIES = ("ok", "degraded")
+QUALITY_CATEGORIES: tuple[str, ...] = get_args(Quality)
 SOURCE_CATEGORIES = ("provider_usage", "estimated")
 
 _T = TypeVar("_T")

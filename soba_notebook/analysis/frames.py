@@ -57,7 +57,7 @@ TRANSCRIPT_COLUMNS = ("id", "parent_id", "type", "role", "tool_name", "tokens", 
                       "in_context", "on_path", "covered_by", "line")
 CAPSULE_COLUMNS = ("checkpoint_id", "trigger", "quality", "tokens_before", "tokens_after", "reclaimed_tokens",
                    "reclaimed_percent", "first_kept_entry_id", "summarized_entries", "duration_ms", "operation_id",
-                   "ts", "entry_id", "source", "previous_checkpoint_id", "on_path")
+                   "ts", "entry_id", "source", "previous_checkpoint_id", "on_path", "ungrounded_claims")
 
 
 # -- helpers shared by the views ------------------------------------------------------------------
@@ -338,7 +338,8 @@ def capsules(session: SessionLike) -> pd.DataFrame:
     ====================== =================== ====================================================
     checkpoint_id          string              ``ck_…``
     trigger                category            the trigger that ran it (fixed set of seven)
-    quality                category            ``ok`` or ``degraded``
+    quality                category            ``ok``, ``partial`` (the model's summary had no usable
+                                               goal or next steps) or ``degraded`` (local fallback)
     tokens_before          Int64               effective tokens of the request before compaction
     tokens_after           Int64               exact size of the continuation after it
     reclaimed_tokens       Int64               ``tokens_before - tokens_after``
@@ -353,6 +354,9 @@ def capsules(session: SessionLike) -> pd.DataFrame:
     source                 category            measurement source of ``tokens_before``
     previous_checkpoint_id string              the capsule it rolled forward
     on_path                bool                on the current root-to-leaf path
+    ungrounded_claims      Int64               model claims about files, checks or skills the
+                                               history did not support, dropped (``<NA>``: not
+                                               recorded, a capsule written before the count)
     ====================== =================== ====================================================
     """
     snap = snapshot(session)
@@ -391,6 +395,7 @@ def capsules(session: SessionLike) -> pd.DataFrame:
         rows["source"].append(_str_or_none(d.get("source")))
         rows["previous_checkpoint_id"].append(_str_or_none(d.get("previousCheckpointId")))
         rows["on_path"].append(entry.id in on_path)
+        rows["ungrounded_claims"].append(_int_or_none(d.get("ungroundedClaims")))
     strings = ("checkpoint_id", "first_kept_entry_id", "operation_id", "entry_id", "previous_checkpoint_id")
     return pd.DataFrame({
         **{name: pd.Series(rows[name], dtype="string") for name in strings},
@@ -398,7 +403,7 @@ def capsules(session: SessionLike) -> pd.DataFrame:
         "quality": categorical(rows["quality"], QUALITY_CATEGORIES),
         "source": categorical(rows["source"], SOURCE_CATEGORIES),
         **{name: int64(rows[name]) for name in ("tokens_before", "tokens_after", "reclaimed_tokens",
-                                                "summarized_entries", "duration_ms")},
+                                                "summarized_entries", "duration_ms", "ungrounded_claims")},
         "reclaimed_percent": pd.Series(rows["reclaimed_percent"], dtype="float64"),
         "ts": utc_times(rows["ts"]),
         "on_path": pd.Series(rows["on_path"], dtype=bool),

@@ -9,8 +9,10 @@ tracker) and runs each compaction to exactly one terminal outcome: ``completed``
 3. soft triggers: the pre-generation ROI gate;
 4. generate the capsule with the summarizer under ``timeoutMs``; on timeout (or a failing
    summarizer) fall back at once to the deterministic capsule, ``quality: degraded``;
-5. merge deterministic facts; measure the exact continuation; soft triggers: the
-   post-generation ROI gate (hard_limit, context_overflow and user are exempt);
+5. ground the summary in the history (:func:`~.grounding.ground`: files, checks and skills are
+   the deterministic facts, unsupported claims dropped and counted; a goal or next steps that
+   are template text make it ``quality: partial``); measure the exact continuation; soft
+   triggers: the post-generation ROI gate (hard_limit, context_overflow and user are exempt);
 6. immediately before the append, check the cancel signal and that the leaf is still the one
    the plan saw: otherwise ``cancelled`` / ``stale`` and nothing is written;
 7. emit ``compaction_end`` and write a flight record (never the summary text).
@@ -26,7 +28,7 @@ import contextlib
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..budget import BudgetCheck, BudgetTracker
@@ -53,8 +55,9 @@ from ..session.payloads import (
 )
 from ..session.store import SessionStore
 from ..tokens import REPLY_PRIMING, TokenCounter
-from .capsule import Capsule, render, roll, with_facts
+from .capsule import Capsule, render, roll
 from .extract import deterministic_capsule, extract_facts
+from .grounding import ground
 from .kernel_section import KernelStateProvider, kernel_state_field, with_kernel_state
 from .planner import CompactionPlan, find_cut_point
 from .summarize import Summarizer, SummaryRequest
@@ -92,6 +95,9 @@ class CompactionOutcome:
     entry: Entry | None = None
     #: skipped before any summary was generated (pre-generation ROI, or no safe history)
     skipped_before_generation: bool = False
+    #: model claims (files, checks, skills) the history did not support, dropped from the capsule;
+    #: a count for the flight record and the entry, never the claims' text
+    ungrounded_claims: int = 0
 
     @property
     def reclaimed_tokens(self) -> int:
@@ -321,7 +327,7 @@ class CompactionEngine:
             instructions=instructions)
         cancel = cancel or CancelToken()
         silent = _Phase(EventBus(), plan.operation_id)
-        capsule, quality, note = await self._generate(plan, cancel, silent)
+        capsule, quality, note, _ = await self._generate(plan, cancel, silent)
         if cancel.cancelled:
             raise TurnCancelled(f"{cancel.reason or 'cancelled'}; the summary request was aborted and nothing "
                                 f"was written")
@@ -359,7 +365,7 @@ class CompactionEngine:
                 if not roi.passed:
                     return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started,
                                         before_generation=True)
-            capsule, quality, note = await self._generate(plan, cancel, progress)
+            capsule, quality, note, ungrounded = await self._generate(plan, cancel, progress)
             capsule = self._scrubbed(capsule)
             if cancel.cancelled:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
@@ -372,7 +378,7 @@ class CompactionEngine:
                                                       self.config.compaction)
                     self._soft_retry_at = (check.context_key, plan.tokens_before + growth)
                     return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started,
-                                        tokens_after=after, quality=quality)
+                                        tokens_after=after, quality=quality, ungrounded=ungrounded)
             elif trigger not in MANDATORY and after >= plan.tokens_before:
                 # Exempt from the ROI gate is not licence to grow the context: a capsule that makes
                 # the continuation larger helps nobody. The local capsule replaces it when smaller.
@@ -382,8 +388,10 @@ class CompactionEngine:
                     return self._finish(
                         plan.operation_id, trigger, "skipped",
                         f"a capsule would not make the context smaller ({plan.tokens_before:,} → {after:,} "
-                        f"tokens); nothing appended", check, None, started, tokens_after=after, quality=quality)
+                        f"tokens); nothing appended", check, None, started, tokens_after=after, quality=quality,
+                        ungrounded=ungrounded)
                 capsule, quality, note, after = smaller
+                ungrounded = 0  # the model's capsule, grounded or not, is not what is appended
             if trigger in MANDATORY and after > plan.hard_limit:
                 # the capsule came out too large: keep less verbatim, then a smaller local capsule
                 retry = self._shrink(plan, check)
@@ -392,37 +400,45 @@ class CompactionEngine:
                                         f"capsule plus retained tail need {after} tokens, over the hard limit "
                                         f"{plan.hard_limit}", check, None, started, tokens_after=after)
                 plan, capsule, quality, note = retry
-                capsule = self._scrubbed(capsule)
+                capsule, ungrounded = self._scrubbed(capsule), 0
                 after = self._measure_after(plan, capsule, quality)
-            progress("append", 95)
-            # -- the only write: checked immediately before, with no await in between ----------
-            if cancel.cancelled:
-                return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
-            checkpoint_id = "ck_" + secrets.token_hex(5)
-            data: CapsuleData = {
-                "checkpointId": checkpoint_id, "firstKeptEntryId": plan.first_kept_entry_id,
-                "trigger": trigger_name(trigger), "quality": quality,
-                "state": Scrubber.from_environ().json(capsule.to_json()),
-                "tokensBefore": plan.tokens_before, "tokensAfter": after, "source": plan.source,
-                "operationId": plan.operation_id, "previousCheckpointId": plan.previous_checkpoint_id,
-                "summarizedEntries": plan.entry_count, "note": note}
-            if "kernelState" in self._kernel_now:  # the only field kernel_state_field writes
-                data["kernelState"] = self._kernel_now["kernelState"]
-            capsule_entry = Entry("capsule", self.scrub(data), parent_id=plan.leaf_id)
-            try:
-                entry = self.store.append(capsule_entry, expect_leaf=plan.leaf_id)
-            except StaleLeafError:
-                return self._finish(plan.operation_id, trigger, "stale",
-                                    f"session leaf moved from {plan.leaf_id} to {self.store.leaf_id} while "
-                                    f"compacting; no capsule appended", check, None, started)
-            return self._finish(plan.operation_id, trigger, "completed", note, check, entry, started,
-                                tokens_after=after, quality=quality, checkpoint_id=checkpoint_id)
+            return self._append(plan, trigger, capsule, quality, note, after, ungrounded, check, cancel, started,
+                                progress)
         except asyncio.CancelledError:
             self._finish(plan.operation_id, trigger, "cancelled", "the turn was cancelled", check, None, started)
             raise
         except Exception as exc:  # an engine bug must not take the session down, but is reported
             return self._finish(plan.operation_id, trigger, "failed", f"{type(exc).__name__}: {exc}", check, None,
                                 started)
+
+    def _append(self, plan: CompactionPlan, trigger: Trigger, capsule: Capsule, quality: Quality, note: str | None,
+                after: int, ungrounded: int, check: BudgetCheck, cancel: CancelToken, started: float,
+                progress: _Phase) -> CompactionOutcome:
+        """The only write of a compaction: synchronous, so nothing can run between the cancel and
+        leaf checks and the append."""
+        progress("append", 95)
+        # -- the only write: checked immediately before, with no await in between ----------
+        if cancel.cancelled:
+            return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
+        checkpoint_id = "ck_" + secrets.token_hex(5)
+        data: CapsuleData = {
+            "checkpointId": checkpoint_id, "firstKeptEntryId": plan.first_kept_entry_id,
+            "trigger": trigger_name(trigger), "quality": quality,
+            "state": Scrubber.from_environ().json(capsule.to_json()),
+            "tokensBefore": plan.tokens_before, "tokensAfter": after, "source": plan.source,
+            "operationId": plan.operation_id, "previousCheckpointId": plan.previous_checkpoint_id,
+            "summarizedEntries": plan.entry_count, "note": note, "ungroundedClaims": ungrounded}
+        if "kernelState" in self._kernel_now:  # the only field kernel_state_field writes
+            data["kernelState"] = self._kernel_now["kernelState"]
+        capsule_entry = Entry("capsule", self.scrub(data), parent_id=plan.leaf_id)
+        try:
+            entry = self.store.append(capsule_entry, expect_leaf=plan.leaf_id)
+        except StaleLeafError:
+            return self._finish(plan.operation_id, trigger, "stale",
+                                f"session leaf moved from {plan.leaf_id} to {self.store.leaf_id} while "
+                                f"compacting; no capsule appended", check, None, started)
+        return self._finish(plan.operation_id, trigger, "completed", note, check, entry, started,
+                            tokens_after=after, quality=quality, checkpoint_id=checkpoint_id, ungrounded=ungrounded)
 
     def _shrink(self, plan: CompactionPlan, check: BudgetCheck) -> tuple[CompactionPlan, Capsule, Quality, str] | None:
         for fraction in (0.5, 0.0):
@@ -451,12 +467,14 @@ class CompactionEngine:
                                    f"{model_after:,} tokens); the local deterministic capsule was used"), after
 
     async def _generate(self, plan: CompactionPlan, cancel: CancelToken,
-                        progress: _Phase) -> tuple[Capsule, Quality, str | None]:
+                        progress: _Phase) -> tuple[Capsule, Quality, str | None, int]:
+        """The capsule of ``plan``, its quality, the outcome note and how many of the model's
+        claims the history did not support (dropped; 0 for the deterministic fallback)."""
         entries = list(plan.summarize)
         fallback = deterministic_capsule(entries, plan.previous_capsule, plan.previous_checkpoint_id)
         if self.summarizer is None:
             progress("summarize", 80)
-            return fallback, "degraded", "no summarizer configured: local deterministic capsule"
+            return fallback, "degraded", "no summarizer configured: local deterministic capsule", 0
         request = SummaryRequest(tuple(entries), plan.previous_capsule, plan.instructions)
         task = asyncio.ensure_future(self.summarizer.summarize(
             request, lambda f: progress("summarize", 10 + 70 * max(0.0, min(1.0, f)))))
@@ -471,20 +489,23 @@ class CompactionEngine:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
             if cancel.cancelled:
-                return fallback, "degraded", "cancelled"
+                return fallback, "degraded", "cancelled", 0
             progress("summarize", 80)
             return fallback, "degraded", (f"model summarization exceeded timeoutMs "
-                                          f"{self.config.compaction.timeout_ms}; local deterministic capsule used")
+                                          f"{self.config.compaction.timeout_ms}; local deterministic capsule used"), 0
         try:
             summary = task.result()
         except Exception as exc:
             progress("summarize", 80)
-            return fallback, "degraded", f"model summarization failed ({exc}); local deterministic capsule used"
-        rolled = roll(plan.previous_capsule, summary, previous_checkpoint=plan.previous_checkpoint_id)
-        facts = extract_facts(entries)  # only a model's summary needs them: the fallback has its own
-        merged = with_facts(rolled, roll(plan.previous_capsule, facts, previous_checkpoint=plan.previous_checkpoint_id))
+            return fallback, "degraded", f"model summarization failed ({exc}); local deterministic capsule used", 0
+        # Only a model's summary needs the facts (the fallback is made of them). The fallback's
+        # skills are the grounded ones: its scan starts from the previous capsule's active set.
+        facts = replace(roll(plan.previous_capsule, extract_facts(entries),
+                             previous_checkpoint=plan.previous_checkpoint_id), active_skills=fallback.active_skills)
+        grounded = ground(summary, facts, previous=plan.previous_capsule,
+                          previous_checkpoint=plan.previous_checkpoint_id, fallback_next_steps=fallback.next_steps)
         progress("summarize", 80)
-        return merged, "ok", None
+        return grounded.capsule, grounded.quality, grounded.note, grounded.ungrounded
 
     async def _wait_with_progress(self, task: asyncio.Future[Any], waiter: asyncio.Future[Any], timeout: float,
                                   progress: _Phase) -> set[asyncio.Future[Any]]:
@@ -519,14 +540,14 @@ class CompactionEngine:
     def _finish(self, operation_id: str, trigger: Trigger, outcome: Outcome, reason: str | None,
                 check: BudgetCheck, entry: Entry | None, started: float, *, tokens_after: int | None = None,
                 quality: Quality | None = None, checkpoint_id: str | None = None,
-                before_generation: bool = False) -> CompactionOutcome:
+                before_generation: bool = False, ungrounded: int = 0) -> CompactionOutcome:
         result = CompactionOutcome(
             operation_id=operation_id, trigger=trigger_name(trigger), outcome=outcome, reason=reason,
             tokens_before=check.effective,
             tokens_after=tokens_after if tokens_after is not None and outcome == "completed" else check.effective,
             checkpoint_id=checkpoint_id, duration_ms=round((self.clock() - started) * 1000),
             quality=quality if outcome in ("completed", "skipped") else None, source=check.source, entry=entry,
-            skipped_before_generation=before_generation)
+            skipped_before_generation=before_generation, ungrounded_claims=ungrounded)
         if outcome == "completed":
             self.bus.emit("compaction_progress", **CompactionProgressPayload(operation_id=operation_id, phase="done",
                                                                              percent=100))
@@ -534,7 +555,8 @@ class CompactionEngine:
         if self.flight is not None:
             self.flight.record("compaction", {**result.to_event(), "hardLimit": check.hard_limit,
                                               "softLimit": check.soft_limit,
-                                              "contextWindow": check.context_window})
+                                              "contextWindow": check.context_window,
+                                              "ungroundedClaims": result.ungrounded_claims})
         self.last_outcome = result
         return result
 

@@ -223,16 +223,22 @@ def roll(previous: Capsule | None, newer: Capsule, *, previous_checkpoint: str |
 
 
 def with_facts(summary: Capsule, facts: Capsule) -> Capsule:
-    """A model-written capsule with the deterministic facts merged in, so none can be lost."""
+    """A model-written capsule grounded in the deterministic ``facts`` of the history.
+
+    The grounded fields — files read and modified, verification commands with their status,
+    active skills — are ``facts``'s, *replacing* whatever the model claimed (a model can name a
+    file that was never touched or a test run that never passed; the history cannot). The goal
+    falls back to the facts' when the model gave none; the user's corrections and the artifacts
+    are merged, so none is lost; ``covers`` is the facts' range.
+    """
     return replace(
         summary,
         goal=summary.goal or facts.goal,
         constraints=merge_unique(summary.constraints, facts.constraints),
-        files_read=merge_unique(summary.files_read, facts.files_read),
-        files_modified=merge_unique(summary.files_modified, facts.files_modified),
-        verification=_merge_verification(summary.verification, facts.verification),
-        active_skills=merge_unique(facts.active_skills, summary.active_skills) if facts.active_skills
-        else summary.active_skills,
+        files_read=facts.files_read,
+        files_modified=facts.files_modified,
+        verification=facts.verification,
+        active_skills=facts.active_skills,
         artifacts=merge_unique(summary.artifacts, facts.artifacts),
         covers=facts.covers,
         rolled_from=merge_unique(facts.rolled_from, summary.rolled_from),

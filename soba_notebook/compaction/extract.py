@@ -6,9 +6,10 @@ Two jobs depend on it (seed sections 1 and 7):
   ``timeoutMs`` (the capsule is then marked ``quality: degraded``). It rolls the previous capsule
   forward and adds a short work summary inferred from the entries: completed steps, the last
   thing the assistant said, interrupted tool calls, still-failing checks.
-* :func:`extract_facts` supplies the fields merged into every model-written capsule, so a model
-  summary can never lose a modified file, a verification command and its last result, the goal,
-  the user's corrections or the active skills.
+* :func:`extract_facts` supplies the facts every model-written capsule is grounded in
+  (:mod:`.grounding`): its files read and modified, verification commands with their last result
+  and active skills *replace* the model's claims, and the goal and the user's corrections are
+  merged in, so a model summary can neither lose nor invent them.
 
 It reads tool calls (name + arguments on assistant entries) paired with their results by tool
 call id, for SOBA's own tools and for the tools of agents whose sessions get imported (pi, Claude

@@ -3,7 +3,8 @@
 The summarizer is given the serialized history being replaced and the previous capsule's state,
 and must answer with the capsule as one JSON object. The answer is parsed, validated
 (:func:`~soba_notebook.session.capsule_schema.validate_capsule_json`) and returned; the barrier then
-merges the deterministic facts into it so no modified file or verification command is lost.
+grounds it in the history (:mod:`.grounding`): files, verification results and skills are the
+deterministic extractor's, whatever the model claimed.
 
 It does not know providers: it is handed a ``complete`` coroutine (a :class:`SummaryCall` -> the
 answer text), which the agent layer binds to the configured model, or to a separate compaction

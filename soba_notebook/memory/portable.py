@@ -35,10 +35,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import get_args
 
 from ..compaction.capsule import Capsule, Decision, Verification
 from ..errors import CapsuleFormatError, SobaError
 from ..session.capsule_schema import validate_capsule_json
+from ..session.payloads import Quality
 from .redact import redact_portable
 
 __all__ = [
@@ -66,7 +68,7 @@ FORMAT_VERSION = 1
 SUFFIX = ".capsule.md"
 #: Capsule ids name files: letters, digits, ``_ . -`` only, no leading dot.
 ID_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
-QUALITIES = ("ok", "degraded")
+QUALITIES: tuple[str, ...] = get_args(Quality)
 SEP = " — "
 #: A Markdown code fence. Kept out of bullets (a rendered "- ```" swallows the rest of the file).
 _FENCE = "```"

@@ -6,8 +6,8 @@ long-term Project Memory" (seed sections 1 and 2.2). This module owns that line:
 * :func:`mirror_decision` — the pure rule. Automatic (``auto_threshold``), ``turn_complete``,
   ``milestone``, ``plan_pivot``, ``hard_limit`` and ``context_overflow`` capsules are never
   mirrored; an explicit user compact (``trigger == "user"``) is mirrored only if it validates,
-  is not degraded, and either ``--remember`` was given or ``memory.mirrorExplicitCompacts`` is
-  on. Every refusal says why.
+  its quality is ``ok`` (neither ``partial`` nor ``degraded``), and either ``--remember`` was
+  given or ``memory.mirrorExplicitCompacts`` is on. Every refusal says why.
 * :class:`ProjectMemory` — the store: ``<project>/.soba/memory/<id>.capsule.md``, one Portable
   Capsule file per memory (the directory is the index: there is no second file to go stale).
   Everything written is redacted first (:mod:`.redact`) and written atomically
@@ -87,6 +87,9 @@ def mirror_decision(trigger: str, quality: str, problems: Sequence[str], explici
         return False, "refused: the capsule does not validate: " + "; ".join(problems)
     if quality == "degraded":
         return False, "refused: degraded capsules are never mirrored"
+    if quality == "partial":
+        return False, ("refused: partial capsules (the model's summary had no usable goal or next steps) are "
+                       "never mirrored")
     if quality != "ok":
         return False, f"refused: capsule quality {quality!r} is not ok"
     if not (remember or config_switch):
@@ -195,7 +198,7 @@ class ProjectMemory:
         return out
 
     def offer(self) -> builtins.list[PortableCapsule]:
-        """The capsules a new session can start from: loadable, not degraded, newest first."""
+        """The capsules a new session can start from: loadable, quality ``ok``, newest first."""
         good = [r.capsule for r in self.records() if r.capsule is not None and r.capsule.quality == "ok"]
         return good[::-1]
 

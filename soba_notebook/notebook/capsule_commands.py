@@ -26,7 +26,7 @@ __all__ = ["COMMANDS"]
 
 def _remember(root: Any, pc: Any, capsule: Capsule, quality: str) -> None:
     """``--remember``: the same rule as ``%compact --remember``: only a capsule that validates and
-    is not degraded is mirrored into Project Memory; a refusal says why."""
+    whose quality is ``ok`` (neither partial nor degraded) is mirrored into Project Memory; a refusal says why."""
     ok, reason = mirror_decision(EXPLICIT_TRIGGER, quality, validate_capsule_json(capsule.to_json()),
                                  explicit=True, remember=True, config_switch=False)
     if not ok:

@@ -32,6 +32,7 @@ __all__ = [
     "HISTORY_LIMIT",
     "OUTCOMES",
     "PHASES",
+    "QUALITY_NOTES",
     "STRIP_LIMIT",
     "BudgetPoint",
     "BudgetState",
@@ -58,7 +59,9 @@ STRIP_LIMIT = 6
 
 Frontend = Literal["widget", "terminal"]
 
-_DEGRADED_NOTE = "degraded (local fallback capsule)"
+#: What the completion line says of a capsule that is not ``ok`` (session/payloads.py ``Quality``).
+QUALITY_NOTES = {"partial": "partial (the model's summary had no usable goal or next steps)",
+                 "degraded": "degraded (local fallback capsule)"}
 
 
 def format_tokens(value: int | float | None) -> str:
@@ -165,15 +168,11 @@ class CompactionSummary:
         )
 
     @property
-    def degraded(self) -> bool:
-        return self.quality == "degraded"
-
-    @property
     def status(self) -> str:
-        """The outcome, except a completed compact with a fallback capsule is ``degraded``."""
-        if self.outcome == "completed" and self.degraded:
-            return "degraded"
-        return self.outcome
+        """The outcome, except a completed compact whose capsule is not ``ok`` has its quality
+        (``partial``: incomplete model summary; ``degraded``: fallback capsule)."""
+        quality = self.quality or ""
+        return quality if self.outcome == "completed" and quality in QUALITY_NOTES else self.outcome
 
     @property
     def over_limit(self) -> bool:
@@ -187,8 +186,8 @@ class CompactionSummary:
 
         When the history before compaction was over the hard limit the line says it was history that
         was never sent, and that the request sent is under the limit: ``hard_limit · history 15,709
-        tokens (never sent; over the 14,000 limit) → 9,120 sent · …``. Degraded, skipped, cancelled,
-        stale and failed compacts say so in words, with the reason.
+        tokens (never sent; over the 14,000 limit) → 9,120 sent · …``. Partial, degraded, skipped,
+        cancelled, stale and failed compacts say so in words (the last four with the reason).
         """
         parts = [self.trigger or "compaction"]
         if self.outcome == "completed":
@@ -201,8 +200,8 @@ class CompactionSummary:
                 parts.append(reclaimed_phrase(self.reclaimed_percent))
             if self.checkpoint_id:
                 parts.append(self.checkpoint_id)
-            if self.degraded:
-                parts.append(_DEGRADED_NOTE)
+            if self.quality in QUALITY_NOTES:
+                parts.append(QUALITY_NOTES[self.quality or ""])
         else:
             parts.append(f"{self.outcome}: {self.reason}" if self.reason else self.outcome)
             if self.tokens_before is not None:
@@ -214,7 +213,7 @@ class CompactionSummary:
     def chip(self) -> str:
         """The history strip's short form, e.g. ``auto_threshold −68.8%``."""
         pct = f" {signed_percent(-self.reclaimed_percent)}" if self.reclaimed_percent is not None else ""
-        return f"{self.trigger or 'compaction'}{pct}" + (" (degraded)" if self.degraded else "")
+        return f"{self.trigger or 'compaction'}{pct}" + (f" ({self.quality})" if self.quality in QUALITY_NOTES else "")
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "status": self.status, "text": self.text, "chip": self.chip,
@@ -482,7 +481,7 @@ def budget_line(snapshot: Mapping[str, Any]) -> str:
 
 _CLEAR_LINE = "\x1b[2K"
 _DIM, _RESET = "\x1b[2m", "\x1b[0m"
-_GLYPHS = {"completed": "✓", "degraded": "⚠", "failed": "✗"}
+_GLYPHS = {"completed": "✓", "partial": "⚠", "degraded": "⚠", "failed": "✗"}
 
 
 class TerminalBudgetDisplay:

@@ -19,7 +19,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from ..errors import SobaError
 from . import capsule_commands, soba_commands
 from .controller import NotebookSession
-from .display import reclaimed_phrase
+from .display import QUALITY_NOTES, reclaimed_phrase
 from .magic_args import (
     Command,
     Flag,
@@ -144,9 +144,10 @@ class SobaMagics(Magics):
         # A notebook cell got its summary from the job; a terminal display printed each outcome,
         # so only a completed compact adds its numbers here (a skip stays one quiet line).
         if s.frontend == "terminal" and outcome.outcome == "completed":
+            note = QUALITY_NOTES.get(outcome.quality or "")
             print(f"compacted ({outcome.trigger}): {outcome.tokens_before:,} → {outcome.tokens_after:,} tokens, "
                   f"{reclaimed_phrase(outcome.reclaimed_percent)} · {outcome.checkpoint_id}"
-                  + (" · degraded (local fallback capsule)" if outcome.quality == "degraded" else ""))
+                  + (f" · {note}" if note else ""))
         if outcome.entry is not None:
             self._mirror(outcome.entry, remember)
         return None

@@ -64,8 +64,12 @@ __all__ = [
 # -- vocabularies ------------------------------------------------------------------------------
 #: How one compaction operation ended (``compaction_end.outcome``, DESIGN.md "Events").
 Outcome = Literal["completed", "skipped", "cancelled", "stale", "failed"]
-#: A capsule's quality: ``degraded`` when it is the local deterministic capsule (no model summary).
-Quality = Literal["ok", "degraded"]
+#: A capsule's quality, best first (the one definition; other modules derive theirs with
+#: ``typing.get_args``). ``ok``: a model summary, its files, checks and skills grounded in the
+#: history, with a real goal and next steps. ``partial``: a grounded model summary whose goal, or
+#: every next step, was template text or empty (filled from the history where it could be).
+#: ``degraded``: the local deterministic capsule, no model summary (timeout, failure, none configured).
+Quality = Literal["ok", "partial", "degraded"]
 #: A verification check's status in the capsule state, most to least informative.
 VerificationStatus = Literal["passed", "failed", "unknown"]
 #: The seven compaction triggers (seed section 4); :class:`~soba_notebook.compaction.triggers.Trigger`
@@ -168,6 +172,9 @@ class CapsuleData(KernelStateData, total=False):
     previousCheckpointId: str | None
     summarizedEntries: int
     note: str | None
+    #: how many of the model's claims about files, checks and skills the history did not support
+    #: (dropped from ``state``; the count only, never the claims)
+    ungroundedClaims: int
     loadedFrom: dict[str, Any]
 
 
