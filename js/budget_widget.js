@@ -20,11 +20,14 @@
 //   data-quality       ok | partial | degraded | ""
 //   data-version       state version (increments per applied event)
 //   data-turn          "1" while an agent turn is running
+//   data-notice        "1" while a transient note (a retried request) is shown
 //   data-fresh         "1" for a few seconds after a compaction completed (the line is highlighted)
 //   data-compactions   how many completed compactions the history strip shows
 // The history strip (.soba-budget__strip) holds one chip per recent completed compaction
 // (.soba-budget__chip, trigger and reclaimed %); a skipped compaction is one dim line
-// (.soba-budget__skip) and never replaces the last compaction.
+// (.soba-budget__skip) and never replaces the last compaction. A retried request is a transient
+// note (.soba-budget__notice, data-notice="1"), never the red error line (.soba-budget__error),
+// which shows only a final error and is gone when the next turn starts.
 
 const FRESH_MS = 4000;
 
@@ -123,12 +126,13 @@ function build(root) {
   const sparkDot = svg("circle", { class: "soba-budget__spark-dot", r: 2 }, spark);
   const sparkLabel = h("span", "soba-budget__spark-label", footer);
 
+  const notice = h("div", "soba-budget__notice", box);
   const error = h("div", "soba-budget__error", box);
 
   return {
     box, session, source, effective, hard, usage, limits, bar, fill, softMark, progress,
     progressText, progressBar, progressFill, last, lastText, skip, strip, footer, spark, sparkHard, sparkSoft,
-    sparkLine, sparkDot, sparkLabel, error,
+    sparkLine, sparkDot, sparkLabel, notice, error,
   };
 }
 
@@ -254,6 +258,9 @@ function update(ui, s) {
   drawStrip(ui, s);
   markFresh(ui, lc);
 
+  ui.notice.hidden = !s.notice;
+  ui.notice.textContent = s.notice || "";
+  d.notice = s.notice ? "1" : "";
   ui.error.hidden = !s.last_error;
   ui.error.textContent = s.last_error ? `Error: ${s.last_error}` : "";
 

@@ -1,8 +1,11 @@
 """The event bus between the engine and whoever watches it (widget, terminal, flight recorder).
 
 The engine emits plain :class:`Event` values; it knows none of its subscribers. Event names are
-the closed set in :data:`EVENT_TYPES` (DESIGN.md, "Events"). A subscriber that raises is reported
-once through the ``error`` event and never breaks the agent.
+the closed set in :data:`EVENT_TYPES`: DESIGN.md's ten ("Events") plus the three that say what an
+inference is doing while nothing else moves (``request_start``: the request is out;
+``response_start``: the model's reply began, or a new tool call in it; ``retry``: a failed attempt
+is retried, a transient note and never an error). A subscriber that raises is reported once
+through the ``error`` event and never breaks the agent.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ __all__ = ["EVENT_TYPES", "Event", "EventBus", "Subscriber"]
 EVENT_TYPES = frozenset({
     "turn_start", "message_delta", "tool_start", "tool_end", "budget",
     "compaction_start", "compaction_progress", "compaction_end", "turn_end", "error",
+    "request_start", "response_start", "retry",
 })
 
 

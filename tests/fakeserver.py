@@ -36,7 +36,8 @@ API:
   parallel calls). Anthropic only: ``stop_reason``, ``ping`` (default True: a ``ping`` event
   after ``message_start``, as the real API sends).
 * ``server.enqueue(path_kind, script_or_reply)`` queues a :class:`Script` or a raw :class:`Reply`
-  (``path_kind`` is ``"openai"`` or ``"anthropic"``).
+  (``path_kind`` is ``"openai"`` or ``"anthropic"``); ``Reply(reset=True)`` answers with a TCP
+  reset instead of a response, as a server that crashed on the request does.
 * ``server.handler = fn(path, request_json)`` is called when the queue for a wire is empty; it
   returns a :class:`Script`, a :class:`Reply`, or a dict of reply options for the wire the path
   belongs to. With nothing queued and no handler the server answers HTTP 400 "nothing scripted"
@@ -56,6 +57,7 @@ import itertools
 import json
 import select
 import socket
+import struct
 import sys
 import threading
 import time
@@ -126,6 +128,7 @@ class Reply:
     chunk_size: int | None = None  # re-split the body bytes into pieces of this many bytes
     hold_open: bool = False
     abort: bool = False
+    reset: bool = False           # reset the connection (TCP RST) instead of answering: a crashed server
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,6 +443,11 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         try:
             if reply.headers_delay and not self._pause(reply.headers_delay):
+                return
+            if reply.reset:  # SO_LINGER 0: close() sends RST, the client reads ECONNRESET (httpx.ReadError)
+                self.close_connection = True
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.close()
                 return
             self.send_response(reply.status)
             for name, value in reply.headers:

@@ -18,7 +18,9 @@ from soba_notebook.agent import AgentRuntime
 from soba_notebook.events import EVENT_TYPES, EventBus
 
 DESIGN_EVENTS = {"turn_start", "message_delta", "tool_start", "tool_end", "budget", "compaction_start",
-                 "compaction_progress", "compaction_end", "turn_end", "error"}
+                 "compaction_progress", "compaction_end", "turn_end", "error",
+                 # what an inference is doing while nothing else moves (docs/ARCHITECTURE.md, issue 20)
+                 "request_start", "response_start", "retry"}
 
 
 def _writer(summary: str) -> Any:
@@ -48,7 +50,7 @@ def test_event_types_are_the_closed_set_of_the_design(tmp_path: Path, fake_serve
     asyncio.run(agent.compact())
     assert {e.type for e in events} <= DESIGN_EVENTS
     assert {"turn_start", "tool_start", "tool_end", "budget", "compaction_start", "compaction_end",
-            "turn_end"} <= {e.type for e in events}
+            "turn_end", "request_start", "response_start"} <= {e.type for e in events}
 
 
 def test_completed_turn_writes_nothing_in_the_background(tmp_path: Path, fake_server: FakeServer) -> None:

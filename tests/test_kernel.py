@@ -132,7 +132,8 @@ def test_kernel_interrupt_during_a_compaction_cancels_the_turn_and_appends_no_ca
             msg = kc.get_iopub_msg(timeout=60)
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue
-            if msg["msg_type"] in ("display_data", "execute_result"):
+            # update_display_data too: the cell's live line is replaced in place by what follows it
+            if msg["msg_type"] in ("display_data", "update_display_data", "execute_result"):
                 shown.append(msg["content"]["data"])
             if msg["msg_type"] == "error":
                 shown.append({"text/plain": "\n".join(msg["content"]["traceback"])})

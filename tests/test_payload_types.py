@@ -42,7 +42,8 @@ EVENT_PAYLOADS = {"budget": payloads.BudgetPayload, "compaction_start": payloads
                   "compaction_end": payloads.CompactionEndPayload, "turn_start": payloads.TurnStartPayload,
                   "turn_end": payloads.TurnEndPayload, "message_delta": payloads.MessageDeltaPayload,
                   "tool_start": payloads.ToolStartPayload, "tool_end": payloads.ToolEndPayload,
-                  "error": payloads.ErrorPayload}
+                  "error": payloads.ErrorPayload, "request_start": payloads.RequestStartPayload,
+                  "response_start": payloads.ResponseStartPayload, "retry": payloads.RetryPayload}
 
 
 def fields(typed: Any) -> set[str]:
@@ -199,7 +200,8 @@ def test_a_real_turn_writes_entries_and_events_of_the_declared_shapes(tmp_path: 
     handle.agent.bus.subscribe(events.append)
     result = asyncio.run(handle.agent.run_turn(DEMO_PROMPTS[0]))
     assert result.outcome in get_args(payloads.TurnOutcome)
-    assert {"turn_start", "tool_start", "tool_end", "budget", "turn_end"} <= {e.type for e in events}
+    assert {"turn_start", "tool_start", "tool_end", "budget", "turn_end", "request_start",
+            "response_start"} <= {e.type for e in events}
     for event in events:
         assert conforms(dict(event.data), EVENT_PAYLOADS[event.type]) == [], event.type
     shapes = {"checkpoint": payloads.CheckpointData, "leaf": payloads.LeafData, "config": payloads.ConfigData,

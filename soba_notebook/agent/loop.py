@@ -53,6 +53,10 @@ from ..session.entries import (
 from ..session.payloads import (
     ErrorPayload,
     MessageDeltaPayload,
+    RequestStartPayload,
+    ResponseKind,
+    ResponseStartPayload,
+    RetryPayload,
     ToolEndPayload,
     ToolStartPayload,
     TurnEndPayload,
@@ -237,7 +241,7 @@ class Agent:
             if refusal:
                 return run.end("failed", refusal)
         try:
-            response = await self._infer(request, cancel)
+            response = await self._infer(request, cancel, turn.inferences + 1)
         except ContextOverflowError as exc:
             return await self._recover_overflow(run, request, exc, cancel)
         if response is None:  # cancelled mid-stream
@@ -314,17 +318,27 @@ class Agent:
     def _request_tokens(self, request: ModelRequest) -> int:
         return request_tokens(self.counter, request.system, request.tools, request.messages)
 
-    async def _infer(self, request: ModelRequest, cancel: CancelToken) -> ModelResponse | None:
+    async def _infer(self, request: ModelRequest, cancel: CancelToken, inference: int = 1) -> ModelResponse | None:
         streamed: list[str] = []
+        began: list[ResponseKind] = []
 
         def on_event(event: StreamEvent) -> None:
+            kind = _RESPONSE_KINDS.get(event.kind)
+            if kind is not None and (not began or kind == "tool_call"):
+                # the request has succeeded: the reply began (each tool call is announced: writing
+                # one's arguments can take a local model a minute)
+                began.append(kind)
+                name = event.data.get("name") if kind == "tool_call" else None
+                self.bus.emit("response_start", **ResponseStartPayload(
+                    kind=kind, name=name if isinstance(name, str) and name else None))
             if event.kind == "text":
                 streamed.append(event.data.get("text", ""))
                 self.bus.emit("message_delta", **MessageDeltaPayload(text=event.data.get("text", "")))
             elif event.kind == "retry":
-                self.bus.emit("error", **ErrorPayload(source="provider", message=f"retrying: {dict(event.data)}",
-                                                      retry=True))
+                self.bus.emit("retry", **_retry_payload(event.data))
 
+        self.bus.emit("request_start", **RequestStartPayload(model=request.model, provider=self.provider.label,
+                                                             inference=inference))
         task = asyncio.ensure_future(self.provider.complete(request, on_event=on_event))
         waiter = asyncio.ensure_future(cancel.wait())
         try:
@@ -451,6 +465,23 @@ class Agent:
                                summary_source=SummarySource(call.entries, previous))
         response = await self.summary_provider.complete(request)
         return response.text
+
+
+#: The stream events that mean the reply began, and what ``response_start`` calls them.
+_RESPONSE_KINDS: dict[str, ResponseKind] = {"text": "text", "thinking": "thinking", "tool_call_start": "tool_call"}
+
+
+def _retry_payload(data: Mapping[str, Any]) -> RetryPayload:
+    """A provider's ``retry`` stream event as the bus's typed ``retry`` payload (plain reason first)."""
+    detail = str(data.get("reason") or "")
+    delay, attempt, most = data.get("delay"), data.get("attempt"), data.get("maxRetries")
+    status = data.get("status")
+    return RetryPayload(provider=str(data.get("provider") or ""),
+                        attempt=attempt if isinstance(attempt, int) else 0,
+                        max_retries=most if isinstance(most, int) else 0,
+                        delay=float(delay) if isinstance(delay, int | float) else 0.0,
+                        status=status if isinstance(status, int) else None,
+                        reason=str(data.get("say") or detail or "the request failed"), detail=detail)
 
 
 def _canonical(arguments: Mapping[str, Any]) -> str:

@@ -3,6 +3,8 @@
 Owns the static, per-cell pieces of the notebook UI, as pure functions that return
 :class:`CellOutput` (HTML for a notebook, plain text for a terminal and for ``text/plain``):
 
+* :func:`activity` — the one live line of a running cell (``waiting for gpt-4o-mini · 12 s``),
+  dim, updated in place by :mod:`~soba_notebook.notebook.live`;
 * :func:`note` — a styled informational note (the offline-model notice): a normal note in the
   notebook's colours, never a red stderr box;
 * :func:`tool_block` — one tool call's result, collapsed, with its last line (a shell's
@@ -27,7 +29,7 @@ from typing import Any
 from ..textclip import head_tail, last_line
 from .display import CompactionSummary, format_tokens, skip_text
 
-__all__ = ["CellOutput", "cell_summary", "note", "offline_notice", "show", "status_lines", "stopped_turn",
+__all__ = ["CellOutput", "activity", "cell_summary", "note", "offline_notice", "show", "status_lines", "stopped_turn",
            "tool_block"]
 
 _NOTE_STYLE = ("margin:4px 0;padding:6px 10px;border-left:3px solid var(--jp-info-color1,#0288d1);"
@@ -66,6 +68,12 @@ def note(text: str, *, title: str = "Note") -> CellOutput:
     body = (f"<div class='soba-note' data-soba-note style='{_NOTE_STYLE}'><b>{html.escape(title)}:</b> "
             f"{html.escape(text)}</div>")
     return CellOutput(body, f"{title}: {text}")
+
+
+def activity(text: str) -> CellOutput:
+    """The running cell's live line (``class="soba-activity"``): dim, one line, no box."""
+    body = f"<div class='soba-activity' data-soba-activity style='{_DIM_STYLE};margin:2px 0'>{html.escape(text)}</div>"
+    return CellOutput(body, text)
 
 
 def tool_block(name: str, status: str, content: str) -> CellOutput:

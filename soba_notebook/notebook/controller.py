@@ -2,7 +2,9 @@
 
 The magics are thin; this class does the work they share. A foreground turn is submitted to the
 runtime thread and the *kernel* thread waits, pulling the agent's events from a queue and
-rendering them into the running cell (so output lands in the right cell), until the turn ends.
+rendering them into the running cell (so output lands in the right cell; :mod:`.live` says what,
+including the live line while the model is waited for), until the turn ends. ``%compact`` and
+the other queued jobs render their events the same way.
 A kernel interrupt while waiting cancels the turn through the agent's cancel signal and waits
 for the transcript to be consistent again; the cell then says so, in a note and its static
 summary, in HTML and in text/plain (see :func:`cellview.stopped_turn`).
@@ -17,7 +19,6 @@ when asked; switching sessions while a turn runs cancels that turn and waits for
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import os
 import queue
 import time
@@ -35,6 +36,7 @@ from ..session.payloads import BudgetPayload
 from . import cellview
 from .cell_history import CellHistory, note_text
 from .display import Frontend, budget_line, detect_frontend
+from .live import CellRenderer
 
 __all__ = ["OFFLINE_NOTICE", "NotebookSession"]
 
@@ -64,68 +66,6 @@ def kernel_identity() -> dict[str, str | None]:
     except Exception:  # not in a kernel (terminal IPython, a script): no id to give
         pass
     return {"kernel": kernel, "notebook": os.environ.get("JPY_SESSION_NAME") or None}
-
-
-class _CellRenderer:
-    """Renders agent events into the current cell: markdown text, collapsible tool calls."""
-
-    def __init__(self, frontend: str, out: Callable[[str], None] | None = None) -> None:
-        self.frontend = frontend
-        self.text = ""
-        self.compactions: list[dict[str, Any]] = []
-        self._handle: Any = None
-        self._last_update = 0.0
-        self._out = out or (lambda s: print(s, end="", flush=True))
-
-    def _display(self, obj: Any, **kwargs: Any) -> Any:
-        from IPython.display import display
-
-        return display(obj, **kwargs)
-
-    def handle(self, event: Event) -> None:
-        if event.type == "message_delta":
-            self.text += event.get("text", "")
-            if self.frontend == "terminal":
-                self._out(event.get("text", ""))
-            else:
-                self._update_text(force=False)
-        elif event.type == "tool_start":
-            self._flush_text()
-            args = json.dumps(event.get("arguments", {}), ensure_ascii=False)
-            if self.frontend == "terminal":
-                self._out(f"\n→ {event['name']}({args[:200]})\n")
-        elif event.type == "tool_end":
-            status = "cancelled" if event.get("cancelled") else ("error" if event.get("is_error") else "ok")
-            content = str(event.get("content", ""))
-            block = cellview.tool_block(str(event["name"]), status, content)
-            if self.frontend == "terminal":
-                self._out(f"  {block.text}\n")
-            else:
-                self._display({"text/html": block.html, "text/plain": block.text}, raw=True)
-        elif event.type == "compaction_end":
-            self.compactions.append(dict(event.data))
-        elif event.type == "turn_end":
-            self._flush_text()
-
-    def _update_text(self, *, force: bool) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_update < 0.1:
-            return
-        from IPython.display import Markdown
-
-        self._last_update = now
-        if self._handle is None:
-            self._handle = self._display(Markdown(self.text), display_id=True)
-        else:
-            self._handle.update(Markdown(self.text))
-
-    def _flush_text(self) -> None:
-        if self.text and self.frontend != "terminal":
-            self._update_text(force=True)
-        elif self.text and self.frontend == "terminal":
-            self._out("\n")
-        self.text = ""
-        self._handle = None
 
 
 class NotebookSession:
@@ -316,7 +256,7 @@ class NotebookSession:
             queued.future.add_done_callback(lambda f: setattr(self, "last_result", f.result())
                                             if not f.cancelled() and f.exception() is None else None)
             return None
-        renderer = _CellRenderer(self.frontend)
+        renderer = CellRenderer(self.frontend)
         deadline = time.monotonic() + timeout if timeout else None
         try:
             while not queued.future.done() or not self._events.empty():
@@ -325,6 +265,7 @@ class NotebookSession:
                 except queue.Empty:
                     if deadline and time.monotonic() > deadline:
                         raise TimeoutError(f"the turn did not finish within {timeout}s") from None
+                    renderer.tick()
                     continue
                 renderer.handle(event)
         except KeyboardInterrupt:
@@ -336,13 +277,13 @@ class NotebookSession:
             result = queued.future.result()
             while not self._events.empty():  # the turn's last events (its end, a cancelled compaction)
                 renderer.handle(self._events.get_nowait())
-            cellview.show(cellview.stopped_turn(result.outcome, renderer.compactions), self.frontend)
+            renderer.finish(cellview.stopped_turn(result.outcome, renderer.compactions))
             self.last_result = result
             self.end_cell(renderer.compactions, what="cancelled turn" if result.outcome == "cancelled" else "turn")
             return result
         result = queued.future.result()
         self.last_result = result
-        self.end_cell(renderer.compactions)
+        self.end_cell(renderer.compactions, renderer=renderer)
         self._show_provider_notes()
         return result
 
@@ -357,25 +298,38 @@ class NotebookSession:
         for text in fresh:
             cellview.show(cellview.note(text, title="Model server"), self.frontend)
 
-    def end_cell(self, compactions: list[dict[str, Any]], *, what: str = "turn") -> None:
+    def end_cell(self, compactions: list[dict[str, Any]], *, what: str = "turn",
+                 renderer: CellRenderer | None = None) -> None:
         """Deliver the widget's final state before the cell ends (so a saved notebook holds it) and
-        leave the cell's static summary (notebook only: a terminal display already printed it)."""
+        leave the cell's static summary (notebook only: a terminal display already printed it), in
+        the place of ``renderer``'s live line when one is still showing."""
         if self.display is not None and hasattr(self.display, "flush"):
             self.display.flush()
+        summary = None
         if self.frontend != "terminal" and self.display is not None:
             budget = self.display.budget if hasattr(self.display, "budget") else self.display.state
-            cellview.show(cellview.cell_summary(budget.snapshot(), compactions, what=what), self.frontend)
+            summary = cellview.cell_summary(budget.snapshot(), compactions, what=what)
+        if renderer is not None:
+            renderer.finish(summary)
+        elif summary is not None:
+            cellview.show(summary, self.frontend)
 
-    def _drain_events(self) -> list[dict[str, Any]]:
-        """Empty the event queue; returns the ``compaction_end`` payloads it held."""
+    def _drain_events(self, renderer: CellRenderer | None = None,
+                      shown: Callable[[Event], bool] = lambda _event: True) -> list[dict[str, Any]]:
+        """Empty the event queue (the ``shown`` ones into ``renderer``, when given); returns the
+        ``compaction_end`` payloads it held."""
         ends: list[dict[str, Any]] = []
         while not self._events.empty():
             try:
                 event = self._events.get_nowait()
             except queue.Empty:
                 break
+            if renderer is not None and shown(event):
+                renderer.handle(event)
             if event.type == "compaction_end":
                 ends.append(dict(event.data))
+        if renderer is not None:
+            renderer.tick()
         return ends
 
     def run_job(self, job: Callable[[CancelToken], Awaitable[Any]], label: str, *,
@@ -396,8 +350,15 @@ class NotebookSession:
         if queued.position:
             print(f"queued: {queued.position} job(s) ahead of this {label}; it runs when they finish")
         deadline = time.monotonic() + timeout if timeout else None
+        renderer = CellRenderer(self.frontend)  # the job's compaction progress, in this cell
+
+        def shown(event: Event) -> bool:  # not the events of a turn still running ahead of the job
+            return event.type.startswith("compaction_") and (queued.future.running() or queued.future.done())
+
+        ends: list[dict[str, Any]] = []
         try:
             while True:
+                ends += self._drain_events(renderer, shown)
                 try:
                     return queued.future.result(timeout=0.05)
                 except concurrent.futures.TimeoutError:
@@ -413,9 +374,11 @@ class NotebookSession:
                 return None
             return queued.future.result()
         finally:
-            ends = self._drain_events()
+            ends += self._drain_events(renderer, shown)
             if summary is not None:
-                self.end_cell(ends, what=summary)
+                self.end_cell(ends, what=summary, renderer=renderer)
+            else:
+                renderer.finish()
 
     def call(self, fn: Callable[[], Awaitable[Any]], timeout: float | None = None, *,
              summary: str | None = None) -> Any:

@@ -3,11 +3,12 @@
 Owns:
 
 * :class:`BudgetState` — a UI-free reducer over :class:`~soba_notebook.events.Event` values
-  (``budget``, ``compaction_*``, ``turn_*``, ``error``) whose :meth:`~BudgetState.snapshot` is the
-  JSON document the widget renders;
-* the words and numbers both front ends show (:func:`progress_text`, :func:`budget_line`,
-  :attr:`CompactionSummary.text`), so the browser and the terminal say exactly the same thing and
-  the JS stays a dumb renderer;
+  (``budget``, ``compaction_*``, ``turn_*``, ``retry``, ``response_start``, ``error``) whose
+  :meth:`~BudgetState.snapshot` is the JSON document the widget renders;
+* the lines both front ends show (:func:`budget_line`, :attr:`CompactionSummary.text`; the
+  smaller words, :func:`progress_text`, :func:`retry_text` and the rest, live in
+  :mod:`~soba_notebook.notebook.words` and are re-exported here), so the browser, the cell and
+  the terminal say exactly the same thing and the JS stays a dumb renderer;
 * :class:`TerminalBudgetDisplay` — for IPython without a widget frontend: one progress line
   rewritten in place during a compaction, one persistent line when it ends;
 * :func:`detect_frontend` — widget-capable kernel or plain terminal.
@@ -18,7 +19,6 @@ Nothing here imports a widget framework; IPython is imported lazily and only by
 
 from __future__ import annotations
 
-import math
 import sys
 import threading
 from collections import deque
@@ -27,6 +27,11 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, TextIO
 
 from ..events import Event, EventBus
+from .words import as_float as _as_float
+from .words import as_int as _as_int
+from .words import as_str as _as_str
+from .words import elapsed_text, format_tokens, progress_text, reclaimed_phrase, retry_text, signed_percent
+from .words import isatty as _isatty
 
 __all__ = [
     "HISTORY_LIMIT",
@@ -41,9 +46,11 @@ __all__ = [
     "TerminalBudgetDisplay",
     "budget_line",
     "detect_frontend",
+    "elapsed_text",
     "format_tokens",
     "progress_text",
     "reclaimed_phrase",
+    "retry_text",
     "signed_percent",
     "skip_text",
 ]
@@ -62,48 +69,6 @@ Frontend = Literal["widget", "terminal"]
 #: What the completion line says of a capsule that is not ``ok`` (session/payloads.py ``Quality``).
 QUALITY_NOTES = {"partial": "partial (the model's summary had no usable goal or next steps)",
                  "degraded": "degraded (local fallback capsule)"}
-
-
-def format_tokens(value: int | float | None) -> str:
-    """``41230 -> "41,230"``; ``None`` (not measured yet) renders as an em dash."""
-    if value is None:
-        return "—"
-    return f"{round(value):,}"
-
-
-def progress_text(percent: float, trigger: str | None = None) -> str:
-    """The live line during a barrier, e.g. ``Compacting context before response · 82%``.
-
-    The percent is floored, so 100% only shows when the engine says 100. An explicit ``%compact``
-    (trigger ``user``) has no response waiting and says ``Compacting context · 82%``.
-    """
-    pct = int(max(0.0, min(100.0, percent)))
-    what = "Compacting context" if trigger == "user" else "Compacting context before response"
-    return f"{what} · {pct}%"
-
-
-def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and math.isfinite(value):
-        return round(value)
-    return None
-
-
-def _as_float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
-def _as_str(value: Any) -> str | None:
-    if value is None:
-        return None
-    text = str(value)
-    return text or None
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,18 +185,6 @@ class CompactionSummary:
                 "over_limit": self.over_limit}
 
 
-def signed_percent(change: float) -> str:
-    """A change in percent with one sign, a true minus for a fall: ``−68.8%``, ``+15.8%``, ``0.0%``."""
-    if round(change, 1) == 0:
-        return "0.0%"
-    return f"{'+' if change > 0 else '−'}{abs(change):.1f}%"
-
-
-def reclaimed_phrase(percent: float) -> str:
-    """``reclaimed 68.8%``, or ``grew 15.8%`` when the context came out larger (never ``-15.8%``)."""
-    return f"grew {-percent:.1f}%" if round(percent, 1) < 0 else f"reclaimed {percent:.1f}%"
-
-
 def skip_text(summary: CompactionSummary) -> str:
     """The quiet one-liner for a compaction that did nothing: its reason in plain words."""
     return summary.reason or "nothing to compact yet"
@@ -252,7 +205,10 @@ class BudgetState:
       summarize yet) never replaces it: it only sets ``skip_note``, a quiet plain-words line;
     * ``compactions``: the last :data:`STRIP_LIMIT` completed compactions (the history strip);
     * the last :data:`HISTORY_LIMIT` effective-token points, one per inference (a later ``budget``
-      for the same inference replaces its point).
+      for the same inference replaces its point);
+    * ``notice``: a transient note in plain words (a retried request, :func:`retry_text`); the
+      reply beginning (``response_start``), the turn's end or a final error clears it. A retry is
+      never an error: ``last_error`` holds only a final one, and the next turn starts without it.
     """
 
     def __init__(self, *, history_limit: int = HISTORY_LIMIT) -> None:
@@ -277,6 +233,7 @@ class BudgetState:
         self.turn_active = False
         self.turn_outcome: str | None = None
         self.last_error: str | None = None
+        self.notice: str | None = None
         self.version = 0
         self._handlers: dict[str, Callable[[Mapping[str, Any]], None]] = {
             "budget": self._on_budget,
@@ -286,6 +243,8 @@ class BudgetState:
             "turn_start": self._on_turn_start,
             "turn_end": self._on_turn_end,
             "error": self._on_error,
+            "retry": self._on_retry,
+            "response_start": self._clear_notice,
         }
 
     # -- reducer -----------------------------------------------------------------------------
@@ -360,18 +319,31 @@ class BudgetState:
     def _on_turn_start(self, data: Mapping[str, Any]) -> None:
         self.turn_active = True
         self.turn_outcome = None
+        self.last_error = None  # the failed turn's cell keeps its error; the widget shows the present
+        self.notice = None
         if self.phase != "compacting":
             self.phase = "idle"
 
     def _on_turn_end(self, data: Mapping[str, Any]) -> None:
         self.turn_active = False
         self.turn_outcome = _as_str(data.get("outcome"))
+        self.notice = None
         if self.phase == "compacting":
             # The engine always ends a compaction, but a display must never spin forever.
             self.phase = "cancelled"
 
     def _on_error(self, data: Mapping[str, Any]) -> None:
+        if data.get("retry"):  # an older emitter's retry: a note, never an error
+            self.notice = _as_str(data.get("message")) or self.notice
+            return
         self.last_error = _as_str(data.get("message")) or "error"
+        self.notice = None
+
+    def _on_retry(self, data: Mapping[str, Any]) -> None:
+        self.notice = retry_text(data)
+
+    def _clear_notice(self, data: Mapping[str, Any]) -> None:
+        self.notice = None
 
     def _take_limits(self, data: Mapping[str, Any], *, hard_key: str, soft_key: str) -> None:
         hard = _as_int(data.get(hard_key))
@@ -438,6 +410,7 @@ class BudgetState:
                 "turn_active": self.turn_active,
                 "turn_outcome": self.turn_outcome,
                 "last_error": self.last_error,
+                "notice": self.notice,
             }
 
     def _zone(self) -> str:
@@ -566,13 +539,6 @@ class TerminalBudgetDisplay:
 
     def _out(self) -> TextIO:
         return self._stream if self._stream is not None else sys.stdout
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):
-        return False
 
 
 _LOOKUP: Any = object()

@@ -50,7 +50,8 @@ __all__ = [
 #: ``tool_call_start``: ``{"index", "id", "name"}``;
 #: ``tool_call_delta``: ``{"index", "arguments": fragment of the JSON text}``;
 #: ``usage``: ``Usage.to_json()`` (sent once, when the provider reported it);
-#: ``retry``: ``{"provider", "attempt", "maxRetries", "delay", "status", "reason"}`` before sleeping.
+#: ``retry``: ``{"provider", "attempt", "maxRetries", "delay", "status", "reason", "say"}`` before
+#: sleeping (``say``: the failure in plain words, e.g. ``connection to the server failed (ReadError)``).
 STREAM_EVENT_KINDS = frozenset({"text", "thinking", "tool_call_start", "tool_call_delta", "usage", "retry"})
 
 

@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -34,9 +36,19 @@ def _shorten(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _html_words(body_text: str) -> str | None:
+    """The words of an HTML error page (a proxy's ``502 Bad Gateway``): its title, else its text."""
+    if not re.match(r"\s*<(!doctype|html|head|body|title|h1)\b", body_text, re.IGNORECASE):
+        return None
+    title = re.search(r"<title[^>]*>(.*?)</title>", body_text, re.IGNORECASE | re.DOTALL)
+    text = title.group(1) if title else re.sub(r"<[^>]+>", " ", body_text)
+    return html.unescape(" ".join(text.split())) or None
+
+
 def error_message_from_body(body_text: str) -> str:
     """The human part of an error body: ``error.message`` (OpenAI, Anthropic), ``message``,
-    ``detail`` (FastAPI-based servers) or, failing those, the body itself, shortened."""
+    ``detail`` (FastAPI-based servers), an HTML page's title or, failing those, the body itself
+    (a plain-text ``Internal Server Error``), shortened."""
     try:
         parsed = json.loads(body_text)
     except ValueError:
@@ -56,7 +68,7 @@ def error_message_from_body(body_text: str) -> str:
                 return _shorten(value)
             if value:
                 return _shorten(json.dumps(value))
-    return _shorten(body_text) or "(empty body)"
+    return _shorten(_html_words(body_text) or body_text) or "(empty body)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ import httpx
 from soba_notebook.errors import ProviderError
 
 from .base import StreamEvent
-from .failures import ErrorContext, classify_http_error, redact
+from .failures import ErrorContext, classify_http_error, error_message_from_body, redact
 
 __all__ = ["DRAIN_SECONDS", "Deadline", "RetryPolicy", "parse_retry_after", "stream_with_retries"]
 
@@ -106,12 +106,21 @@ class Deadline:
 
 @dataclass(slots=True)
 class _Failure:
-    """A failed attempt that may be retried."""
+    """A failed attempt that may be retried: ``message`` for the final error, ``plain`` the same
+    failure in the few words a retry note shows (no URL, no provider prefix)."""
 
     message: str
+    plain: str
     status: int | None = None
     retry_after: float | None = None
     cause: BaseException | None = None
+
+
+def _exc_words(exc: BaseException) -> str:
+    """``ReadError`` or ``ConnectError: [Errno 111] Connection refused`` (httpx often raises with
+    an empty message, which made ``ReadError: `` with nothing after it)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 @dataclass(slots=True)
@@ -191,13 +200,14 @@ async def _consume_body(response: httpx.Response, url: str, client: httpx.AsyncC
         if tap.started:
             raise ProviderError(ctx.say(f"the response stream stalled: no data for {_timeout_seconds(client)} "
                                         "(read timeout)"), retryable=True) from exc
-        return _Failure(f"no response body from {url} within {_timeout_seconds(client)} (timeout)", cause=exc)
+        return _Failure(f"no response body from {url} within {_timeout_seconds(client)} (timeout)",
+                        f"the server sent no reply within {_timeout_seconds(client)}", cause=exc)
     except httpx.TransportError as exc:
         if tap.started:
-            raise ProviderError(ctx.say(f"the connection broke mid-stream: {type(exc).__name__}: {exc}"),
+            raise ProviderError(ctx.say(f"the connection broke mid-stream: {_exc_words(exc)}"),
                                 retryable=True) from exc
-        return _Failure(f"the connection to {url} broke before the response body: {type(exc).__name__}: {exc}",
-                        cause=exc)
+        return _Failure(f"the connection to {url} broke before the response body: {_exc_words(exc)}",
+                        f"the connection broke before the reply ({_exc_words(exc)})", cause=exc)
 
 
 async def _attempt(client: httpx.AsyncClient, url: str, headers: Mapping[str, str], body: Mapping[str, Any],
@@ -208,9 +218,11 @@ async def _attempt(client: httpx.AsyncClient, url: str, headers: Mapping[str, st
         request = client.build_request("POST", url, headers=dict(headers), json=body)
         response = await client.send(request, stream=True)
     except httpx.TimeoutException as exc:
-        return _Failure(f"no response from {url} within {_timeout_seconds(client)} (timeout)", cause=exc)
+        return _Failure(f"no response from {url} within {_timeout_seconds(client)} (timeout)",
+                        f"the server did not answer within {_timeout_seconds(client)}", cause=exc)
     except httpx.TransportError as exc:
-        return _Failure(f"could not reach {url}: {type(exc).__name__}: {exc}", cause=exc)
+        return _Failure(f"could not reach {url}: {_exc_words(exc)}",
+                        f"connection to the server failed ({_exc_words(exc)})", cause=exc)
     try:
         if response.status_code < 400:
             return await _consume_body(response, url, client, consume, ctx)
@@ -242,6 +254,12 @@ def _wait_before_retry(failure: _Failure, attempt: int, policy: RetryPolicy, ctx
     return delay
 
 
+def _refusal_words(status: int, body_text: str) -> str:
+    """An HTTP error that is retried, in plain words with the server's own reason."""
+    what = "the server is busy or rate limiting" if status in (429, 529) else "the server answered with an error"
+    return f"{what} (HTTP {status}: {error_message_from_body(body_text)})"
+
+
 def _final_http_error(refused: _Refused, attempt: int, policy: RetryPolicy) -> ProviderError | None:
     """The error to raise for an HTTP error response, or ``None`` when it is retried."""
     error = refused.error
@@ -268,7 +286,8 @@ async def stream_with_retries(
     """POST ``body`` as JSON to ``url`` and return ``await consume(body_bytes)``.
 
     Retried (at most ``policy.max_retries`` times, each announced by a ``retry`` event before the
-    sleep, and never when the sleep would end past ``deadline``): see the module docstring.
+    sleep, and never when the sleep would end past ``deadline``): see the module docstring. The
+    event's ``say`` is the failure in plain words for a retry note, ``reason`` the full message.
     ``adapt(status, body_text, body)`` may return a corrected request body for an error that
     names one parameter the server rejects (some servers answer a validation error with HTTP
     500); it is tried at most three times and does not count as a retry.
@@ -291,7 +310,7 @@ async def stream_with_retries(
             final = _final_http_error(outcome, attempt, policy)
             if final is not None:
                 raise final from None
-            failure = _Failure(str(outcome.error), status=status,
+            failure = _Failure(str(outcome.error), _refusal_words(status, outcome.text), status=status,
                                retry_after=parse_retry_after(outcome.headers, policy.now))
         else:
             failure = outcome
@@ -301,5 +320,6 @@ async def stream_with_retries(
             reason = failure.message if failure.status is not None else ctx.say(failure.message)
             on_event(StreamEvent("retry", {
                 "provider": ctx.provider, "attempt": attempt, "maxRetries": policy.max_retries,
-                "delay": delay, "status": failure.status, "reason": redact(reason, ctx.secrets)}))
+                "delay": delay, "status": failure.status, "reason": redact(reason, ctx.secrets),
+                "say": redact(failure.plain, ctx.secrets)}))
         await policy.sleep(delay)

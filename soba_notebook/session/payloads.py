@@ -44,6 +44,10 @@ __all__ = [
     "OperationTrigger",
     "Outcome",
     "Quality",
+    "RequestStartPayload",
+    "ResponseKind",
+    "ResponseStartPayload",
+    "RetryPayload",
     "Role",
     "ToolCallData",
     "ToolEndPayload",
@@ -88,6 +92,8 @@ BudgetSource = Literal["provider_usage", "estimated"]
 Role = Literal["user", "assistant", "tool"]
 #: How a turn ended (``turn_end.outcome``; ``stopped``: a per-turn limit ended it).
 TurnOutcome = Literal["completed", "cancelled", "failed", "stopped"]
+#: What a model's reply began with (``response_start.kind``).
+ResponseKind = Literal["text", "thinking", "tool_call"]
 
 
 # -- entry data (stored form, camelCase) ----------------------------------------------------------
@@ -323,8 +329,40 @@ class ToolEndPayload(TypedDict):
 
 
 class ErrorPayload(TypedDict, total=False):
-    """``error``: something went wrong that the user should see (``retry``: the provider is retried)."""
+    """``error``: something went wrong that the user should see (a retried attempt is a ``retry``
+    event, not an error; ``retry`` is only read from older emitters)."""
 
     source: Required[str]
     message: Required[str]
     retry: bool
+
+
+class RequestStartPayload(TypedDict):
+    """``request_start``: an inference request of the turn is being sent (``inference``: its
+    number in the turn, from 1) to ``model`` at ``provider`` (the provider's label)."""
+
+    model: str
+    provider: str
+    inference: int
+
+
+class ResponseStartPayload(TypedDict):
+    """``response_start``: the reply began (its first text, thinking or tool call), or another tool
+    call in it began (``name``: the tool's, for ``tool_call``). The request has succeeded."""
+
+    kind: ResponseKind
+    name: str | None
+
+
+class RetryPayload(TypedDict):
+    """``retry``: a failed attempt is retried after ``delay`` seconds (attempt ``attempt`` of
+    ``max_retries``). ``reason`` says what failed in plain words (``connection to the server failed
+    (ReadError)``), ``detail`` the full message; ``status`` the HTTP status, if one came."""
+
+    provider: str
+    attempt: int
+    max_retries: int
+    delay: float
+    status: int | None
+    reason: str
+    detail: str
