@@ -24,11 +24,13 @@ Neutral messages::
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from soba_notebook.session.entries import Entry, ToolCall, Usage
+from soba_notebook.surrogates import clean_surrogates, has_surrogates
 
 __all__ = [
     "STREAM_EVENT_KINDS",
@@ -39,6 +41,7 @@ __all__ = [
     "SummarySource",
     "ToolSpec",
     "arguments_error",
+    "clean_tool_arguments",
     "message_text",
     "parse_tool_arguments",
     "repair_tool_pairing",
@@ -184,13 +187,32 @@ def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
     return value
 
 
+#: A JSON escape of a UTF-16 surrogate half (``\ud83d``): the parsed text may hold a lone one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def clean_tool_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``arguments`` with every string (keys too) free of lone UTF-16 surrogates, pairs joined
+    (:func:`~soba_notebook.surrogates.clean_surrogates`); unchanged when there are none."""
+    text = json.dumps(arguments, ensure_ascii=False)  # leaves surrogates as they are, so they can be found
+    if not has_surrogates(text):
+        return dict(arguments)
+    value = json.loads(clean_surrogates(text))
+    return value if isinstance(value, dict) else {}
+
+
 def tool_call_from_text(call_id: str, name: str, text: str | None) -> ToolCall:
     """A :class:`ToolCall` from the model's argument text: parsed when it is a JSON object, else
-    kept verbatim in ``raw_arguments`` (never guessed at, never wrapped)."""
+    kept verbatim in ``raw_arguments`` (never guessed at, never wrapped). Lone UTF-16 surrogates,
+    as characters or as ``\\uXXXX`` escapes, become U+FFFD, so the call can be stored and run."""
+    text = clean_surrogates(text) if text else text
     try:
-        return ToolCall(call_id, name, parse_tool_arguments(text))
+        arguments = parse_tool_arguments(text)
     except ValueError:
         return ToolCall(call_id, name, {}, raw_arguments=text or "")
+    if text and _SURROGATE_ESCAPE.search(text):
+        arguments = clean_tool_arguments(arguments)
+    return ToolCall(call_id, name, arguments)
 
 
 def arguments_error(call: ToolCall) -> str | None:

@@ -12,6 +12,9 @@ What this module guarantees:
   skipped for reading, left in place and copied to ``<id>.jsonl.torn-<offset>`` where the user
   can see it; the next append starts on a fresh line. A failed append raises a
   :class:`~soba_notebook.errors.SessionError` naming the file and the cause.
+* **Any text.** An entry whose text holds UTF-16 surrogates (an emoji's pair split across two
+  stream chunks, a lone ``\ud83d`` escape in tool arguments) is written with the pair joined and a
+  lone half as U+FFFD (:mod:`..surrogates`); :meth:`SessionStore.append` returns it as written.
 * **Live readers.** :meth:`SessionStore.refresh` picks up lines other writers appended; readers
   only ever consume complete lines, so a half-written entry is never seen.
 * **Clear errors.** A missing header, a non-JSON line, a parent that points nowhere: the message
@@ -37,6 +40,7 @@ from typing import Any
 
 from ..errors import SessionError, SessionLockedError, SessionWarning, StaleLeafError
 from ..locking import lock_exclusive, lock_shared, unlock
+from ..surrogates import clean_surrogates
 from .entries import Entry, new_id, now_iso
 from .jsonl import FORMAT_VERSION, parse_header, parse_lines, quarantine
 from .payloads import leaf_data
@@ -382,7 +386,15 @@ class SessionStore:
             # U+2028/2029 are line breaks to str.splitlines and to many JSONL readers: escape them
             # so one entry stays one line for every reader, not only ours.
             payload = payload.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-            data = (("\n" if self._needs_newline else "") + payload + "\n").encode()
+            try:
+                data = (("\n" if self._needs_newline else "") + payload + "\n").encode()
+            except UnicodeEncodeError:
+                # UTF-16 surrogates (a pair split by a stream, a lone half): their pairs joined, lone
+                # halves as U+FFFD, and the entry kept in memory is the one on disk. Never a crash
+                # that loses the reply.
+                payload = clean_surrogates(payload)
+                entry = Entry.from_json(json.loads(payload))
+                data = (("\n" if self._needs_newline else "") + payload + "\n").encode()
             self._write_line(data, entry)
             self._needs_newline = False
             self._offset += len(data)
