@@ -15,6 +15,8 @@ import pytest
 from agent_support import make_agent
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 
+from soba_notebook.agent.tools import ToolContext, default_tools
+from soba_notebook.cancel import CancelToken
 from soba_notebook.providers import ModelRequest, StreamEvent
 from soba_notebook.providers.anthropic import AnthropicProvider
 from soba_notebook.providers.base import ModelResponse, Provider
@@ -95,3 +97,40 @@ def test_store_append_joins_split_pairs_and_replaces_lone_surrogates(tmp_path: P
     assert [e.text for e in reopened.path()][:1] == [kept.text]
     assert reopened.get(call.id or "").tool_calls == call.tool_calls
     assert len(_session_lines(store)) == 3
+
+
+# -- 5. a catastrophic grep pattern ------------------------------------------------------------------
+
+class _StopAfter(CancelToken):
+    """A stop button pressed at the ``n``-th look: the count says when, not the clock."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.looks, self.n = 0, n
+
+    @property
+    def cancelled(self) -> bool:
+        self.looks += 1
+        return self.looks >= self.n
+
+
+def test_a_catastrophic_grep_pattern_times_out_naming_the_pattern_and_file(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "ok.txt").write_text("nothing to see\n")
+    # (a|aa)+$ backtracks through every way of splitting 34 a's before it meets the b
+    (ws / "slow.txt").write_text("a" * 34 + "b\n")
+    ctx = ToolContext(ws)
+    out = asyncio.run(default_tools(ctx.config).run("grep", {"pattern": "(a|aa)+$"}, ctx))
+    assert out.is_error and "timed out" in out.content, out.content
+    assert "(a|aa)+$" in out.content and "slow.txt:1" in out.content
+
+
+def test_grep_stops_between_lines_when_the_user_stops_the_turn(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "many.txt").write_text("".join(f"hit {i}\n" for i in range(100)))
+    ctx = ToolContext(ws, cancel=_StopAfter(10))
+    out = asyncio.run(default_tools(ctx.config).run("grep", {"pattern": "hit"}, ctx))
+    assert out.cancelled and "stopped" in out.content
+    assert 0 < out.content.count("many.txt:") < 100

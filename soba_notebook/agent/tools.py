@@ -353,8 +353,9 @@ async def _glob(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 
 
 async def _grep(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    cancel = ctx.cancel
     return _file_raw(await asyncio.to_thread(ws.grep_files, ctx.workspace, args["pattern"], args.get("path", "."),
-                                             args.get("glob")))
+                                             args.get("glob"), (lambda: cancel.cancelled) if cancel else None))
 
 
 # -- shell and python (the execution itself lives in .shell and .pyexec) -----------------------
