@@ -17,11 +17,12 @@ from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 
 from soba_notebook.agent.tools import ToolContext, default_tools
 from soba_notebook.cancel import CancelToken
+from soba_notebook.errors import SessionError
 from soba_notebook.providers import ModelRequest, StreamEvent
 from soba_notebook.providers.anthropic import AnthropicProvider
 from soba_notebook.providers.base import ModelResponse, Provider
 from soba_notebook.providers.openai import OpenAIChatProvider
-from soba_notebook.session.entries import ToolCall, assistant_message, user_message
+from soba_notebook.session.entries import Entry, ToolCall, assistant_message, user_message
 from soba_notebook.session.store import SessionStore
 
 WIRES = ["openai", "anthropic"]
@@ -134,3 +135,33 @@ def test_grep_stops_between_lines_when_the_user_stops_the_turn(tmp_path: Path) -
     out = asyncio.run(default_tools(ctx.config).run("grep", {"pattern": "hit"}, ctx))
     assert out.cancelled and "stopped" in out.content
     assert 0 < out.content.count("many.txt:") < 100
+
+
+# -- 6. arguments nested hundreds of levels deep -----------------------------------------------------
+
+@pytest.mark.parametrize("depth", [500, 985])
+def test_deeply_nested_tool_arguments_become_a_tool_error_the_model_sees(
+        tmp_path: Path, fake_server: FakeServer, depth: int) -> None:
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url)
+    nested = '{"path": "a.txt", "extra": ' + "[" * depth + "]" * depth + "}"
+    fake_server.openai.enqueue(tool_calls=[{"id": "c1", "name": "read_file", "arguments": nested}], split_args=4000)
+    fake_server.openai.enqueue(text="I will call it flat next time.")
+    result = asyncio.run(agent.run_turn("read a.txt"))
+    assert result.outcome == "completed", result.error
+    answer = next(e for e in agent.store.path() if e.role == "tool")
+    assert answer.message.get("isError") and "nested" in answer.text and "nothing was run" in answer.text
+    # the model saw that error in its next request, paired with its call
+    sent = fake_server.requests[-1].body["messages"]
+    assert any(m.get("role") == "tool" and "nested" in m.get("content", "") for m in sent)
+
+
+def test_an_entry_nested_past_the_recursion_limit_is_a_session_error_not_a_crash(tmp_path: Path) -> None:
+    store = SessionStore.create(tmp_path)
+    deep: Any = []
+    for _ in range(5_000):
+        deep = [deep]
+    size = store.file.stat().st_size
+    with pytest.raises(SessionError, match="nested too deeply"):
+        store.append(Entry("note", {"value": deep}))
+    assert store.file.stat().st_size == size and len(store) == 0
+    assert store.append(user_message("still writable")).text == "still writable"

@@ -33,6 +33,7 @@ from soba_notebook.session.entries import Entry, ToolCall, Usage
 from soba_notebook.surrogates import clean_surrogates, has_surrogates
 
 __all__ = [
+    "MAX_ARGUMENT_DEPTH",
     "STREAM_EVENT_KINDS",
     "ModelRequest",
     "ModelResponse",
@@ -43,6 +44,7 @@ __all__ = [
     "arguments_error",
     "clean_tool_arguments",
     "message_text",
+    "nested_deeper_than",
     "parse_tool_arguments",
     "repair_tool_pairing",
     "tool_call_from_text",
@@ -171,20 +173,51 @@ def message_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+#: Arguments nested deeper than this (objects and arrays) are refused like unparsable text: no
+#: tool takes them, and every later step that walks them (the secret scrubber, the store's JSON
+#: encoder, the next request) would meet Python's recursion limit and end the turn.
+MAX_ARGUMENT_DEPTH = 100
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` holds objects or arrays more than ``limit`` levels deep (counted
+    without recursion, so any depth is safe to ask about)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
     """Turn streamed argument text into a dict (``{}`` for empty text); raises ``ValueError``
-    with the JSON parse error when the text is not a JSON object."""
+    with the JSON parse error when the text is not a JSON object, or one nested more than
+    :data:`MAX_ARGUMENT_DEPTH` levels deep."""
     if isinstance(raw, Mapping):
-        return dict(raw)
-    if raw is None or not raw.strip():
+        value: Any = dict(raw)
+    elif raw is None or not raw.strip():
         return {}
-    try:
-        value = json.loads(raw)
-    except RecursionError:  # hostile nesting: a parse error like any other, not a crash
-        raise ValueError("arguments nested too deeply to parse") from None
+    else:
+        try:
+            value = json.loads(raw)
+        except RecursionError:  # hostile nesting: a parse error like any other, not a crash
+            value = _TOO_DEEP
+    if value is _TOO_DEEP or nested_deeper_than(value, MAX_ARGUMENT_DEPTH):
+        raise ValueError(f"arguments nested too deeply (more than {MAX_ARGUMENT_DEPTH:,} levels)")
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {type(value).__name__}")
     return value
+
+
+_TOO_DEEP = object()
 
 
 #: A JSON escape of a UTF-16 surrogate half (``\ud83d``): the parsed text may hold a lone one.

@@ -383,6 +383,9 @@ class SessionStore:
             except (TypeError, ValueError) as exc:
                 raise SessionError(f"{self.file}: entry of type {entry.type!r} is not JSON-serializable: {exc}") \
                     from None
+            except RecursionError:  # a value nested past Python's recursion limit: an error, not a crash
+                raise SessionError(f"{self.file}: entry of type {entry.type!r} is nested too deeply to write; "
+                                   f"it was not saved") from None
             # U+2028/2029 are line breaks to str.splitlines and to many JSONL readers: escape them
             # so one entry stays one line for every reader, not only ours.
             payload = payload.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
