@@ -15,9 +15,11 @@ import pytest
 from agent_support import make_agent
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 
+from soba_notebook.agent.project import open_agent
 from soba_notebook.agent.tools import ToolContext, default_tools
 from soba_notebook.cancel import CancelToken
-from soba_notebook.errors import SessionError
+from soba_notebook.config import load_config
+from soba_notebook.errors import ConfigError, SessionError
 from soba_notebook.providers import ModelRequest, StreamEvent
 from soba_notebook.providers.anthropic import AnthropicProvider
 from soba_notebook.providers.base import ModelResponse, Provider
@@ -165,3 +167,47 @@ def test_an_entry_nested_past_the_recursion_limit_is_a_session_error_not_a_crash
         store.append(Entry("note", {"value": deep}))
     assert store.file.stat().st_size == size and len(store) == 0
     assert store.append(user_message("still writable")).text == "still writable"
+
+
+# -- 8. tools.workspace: "~" and "$VARIABLE" ------------------------------------------------------
+
+def _project_with_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workspace: str) -> tuple[Path, Path]:
+    home, project = tmp_path / "home", tmp_path / "home" / "proj"
+    (project / ".soba").mkdir(parents=True)
+    (home / "code").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("SOBA_TEST_CODE", str(home / "code"))
+    (project / ".soba" / "config.json").write_text(json.dumps({"tools": {"workspace": workspace}}))
+    return home, project
+
+
+@pytest.mark.parametrize("workspace", ["~/code", "$HOME/code", "${SOBA_TEST_CODE}"])
+def test_a_workspace_with_tilde_or_environment_variables_is_expanded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workspace: str) -> None:
+    home, project = _project_with_workspace(tmp_path, monkeypatch, workspace)
+    config = load_config(project_dir=project, home=home)
+    assert config.tools.workspace == str(home / "code")
+    handle = open_agent(project, config=config, new=True)
+    assert handle.agent.workspace == (home / "code").resolve()
+
+
+@pytest.mark.parametrize("workspace", ["~", "$HOME"])
+def test_a_workspace_of_tilde_or_home_is_home_and_refused_as_broad(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workspace: str) -> None:
+    home, project = _project_with_workspace(tmp_path, monkeypatch, workspace)
+    with pytest.raises(ConfigError, match="allowBroadWorkspace") as info:
+        open_agent(project, config=load_config(project_dir=project, home=home), new=True)
+    assert info.value.key == "tools.workspace"
+
+
+@pytest.mark.parametrize("workspace", ["~/nowhere", "$SOBA_TEST_UNSET_VARIABLE/code", "missing-dir"])
+def test_a_workspace_that_does_not_exist_is_a_config_error_at_load_naming_key_and_value(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workspace: str) -> None:
+    home, project = _project_with_workspace(tmp_path, monkeypatch, workspace)
+    monkeypatch.delenv("SOBA_TEST_UNSET_VARIABLE", raising=False)
+    with pytest.raises(ConfigError) as info:
+        load_config(project_dir=project, home=home)
+    message = str(info.value)
+    assert info.value.key == "tools.workspace" and info.value.value == workspace
+    assert "tools.workspace" in message and repr(workspace) in message and "does not exist" in message
+    assert str(project / ".soba" / "config.json") in message
