@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -211,3 +212,30 @@ def test_a_workspace_that_does_not_exist_is_a_config_error_at_load_naming_key_an
     assert info.value.key == "tools.workspace" and info.value.value == workspace
     assert "tools.workspace" in message and repr(workspace) in message and "does not exist" in message
     assert str(project / ".soba" / "config.json") in message
+
+
+# -- 10. a secret set during a turn ------------------------------------------------------------------
+
+def test_a_secret_the_python_tool_sets_is_scrubbed_from_that_same_result(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    secret = "late-secret-value-7f3a9c"  # no token shape: only knowing the variable can catch it
+    # loaded from a file, as a real key is: a value the model writes into its own call is in that
+    # call's entry, appended before the code runs
+    key_file = tmp_path / "key.txt"
+    key_file.write_text(secret + "\n")
+    code = (f"import os\nos.environ['LATE_API_KEY'] = open({str(key_file)!r}).read().strip()\n"
+            "print(os.environ['LATE_API_KEY'] + '\\n' + 'filler line\\n' * 3000)")  # long: spilled to a file
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url)
+    fake_server.openai.enqueue(tool_calls=[{"id": "c1", "name": "python", "arguments": {"code": code}}])
+    fake_server.openai.enqueue(text="Set and printed.")
+    try:
+        result = asyncio.run(agent.run_turn("set LATE_API_KEY and print it"))
+    finally:
+        os.environ.pop("LATE_API_KEY", None)
+    assert result.outcome == "completed", result.error
+    answer = next(e for e in agent.store.path() if e.role == "tool")
+    assert "[REDACTED:LATE_API_KEY]" in answer.text  # the python tool really ran and printed it
+    assert secret.encode() not in agent.store.file.read_bytes()
+    spilled = list((agent.workspace / ".soba" / "outputs").iterdir())
+    assert spilled and all(secret not in f.read_text() for f in spilled)
+    assert all(secret not in m.get("content", "") for m in fake_server.requests[-1].body["messages"])

@@ -141,7 +141,8 @@ class Agent:
             self.workspace, config.tools, store=store, user_namespace=user_namespace,
             record_intent=lambda kind, note: self.engine.record_intent(kind, note),
             append_checkpoint=lambda kind, note: self._append(checkpoint(kind, note)), skills=self.skills,
-            hidden_env=self._scrubber.names, scrubber=self._scrubber)
+            hidden_env=self._scrubber.names, scrubber=self._scrubber,
+            refresh_secrets=lambda: self.refresh_secrets(keep_known=True))
         #: a note that starts each turn (the notebook layer's: the user's own cells since the last turn)
         self.turn_note: Callable[[], str | None] | None = None
         self._refresh_base_tokens()
@@ -151,9 +152,12 @@ class Agent:
     def _fresh_scrubber(self) -> Scrubber:
         return current_scrubber(extra_names=tuple(filter(None, [self.config.model.api_key_env])))
 
-    def refresh_secrets(self) -> None:
-        """Re-read the environment's secrets (a variable set after start); done at every turn start."""
-        self._scrubber = self._fresh_scrubber()
+    def refresh_secrets(self, *, keep_known: bool = False) -> None:
+        """Re-read the environment's secrets (a variable set after start): at every turn start, and
+        with ``keep_known`` after every ``python`` or ``shell`` run (before its result is written),
+        keeping this turn's secrets even if the code unset a variable after printing it."""
+        fresh = self._fresh_scrubber()
+        self._scrubber = self._scrubber.merged(fresh) if keep_known else fresh
         self.tool_context.scrubber = self._scrubber
         self.tool_context.hidden_env = self._scrubber.names
 
