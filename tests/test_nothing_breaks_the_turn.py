@@ -17,14 +17,15 @@ from agent_support import make_agent
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 
 from soba_notebook.agent.project import open_agent
-from soba_notebook.agent.tools import ToolContext, default_tools
+from soba_notebook.agent.tools import Tool, ToolContext, ToolOutcome, ToolRegistry, ToolResult, default_tools
 from soba_notebook.cancel import CancelToken
 from soba_notebook.config import load_config
 from soba_notebook.errors import ConfigError, SessionError
-from soba_notebook.providers import ModelRequest, StreamEvent
+from soba_notebook.providers import ModelRequest, StreamEvent, ToolSpec
 from soba_notebook.providers.anthropic import AnthropicProvider
 from soba_notebook.providers.base import ModelResponse, Provider
 from soba_notebook.providers.openai import OpenAIChatProvider
+from soba_notebook.session.context import pair_problems
 from soba_notebook.session.entries import Entry, ToolCall, assistant_message, user_message
 from soba_notebook.session.store import SessionStore
 
@@ -239,3 +240,38 @@ def test_a_secret_the_python_tool_sets_is_scrubbed_from_that_same_result(
     spilled = list((agent.workspace / ".soba" / "outputs").iterdir())
     assert spilled and all(secret not in f.read_text() for f in spilled)
     assert all(secret not in m.get("content", "") for m in fake_server.requests[-1].body["messages"])
+
+
+# -- 13. an unexpected bug ---------------------------------------------------------------------------
+
+class _BuggyTools(ToolRegistry):
+    """A registry whose ``explode`` call hits a plain bug outside the tool layer's own net."""
+
+    async def run(self, name: str, arguments: Any, ctx: ToolContext) -> ToolOutcome:
+        if name == "explode":
+            raise RuntimeError("a bug nobody caught")
+        return await super().run(name, arguments, ctx)
+
+
+def test_a_turn_that_meets_an_unexpected_bug_still_ends_with_its_calls_closed_and_the_error_named(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    agent, _, events = make_agent(tmp_path, "openai", fake_server.openai_base_url)
+    agent.tools = _BuggyTools([Tool(ToolSpec("explode", "Explodes.", {"type": "object", "properties": {}}), _never)])
+    fake_server.openai.enqueue(tool_calls=[{"id": "c1", "name": "explode", "arguments": {}},
+                                           {"id": "c2", "name": "explode", "arguments": {"again": True}}])
+    result = asyncio.run(agent.run_turn("explode"))
+    assert result.outcome == "failed"
+    assert "RuntimeError: a bug nobody caught" in (result.error or "")
+    kinds = [e.type for e in events]
+    assert kinds[-1] == "turn_end" and events[-1].data["outcome"] == "failed" and "error" in kinds
+    path = [e for e in agent.store.path() if e.is_model_input]
+    assert pair_problems(path) == []  # both calls have a recorded result
+    answers = {e.tool_call_id: e.text for e in path if e.role == "tool"}
+    assert set(answers) == {"c1", "c2"} and all("RuntimeError" in text for text in answers.values())
+    # the session goes on: the next turn is an ordinary one
+    fake_server.openai.enqueue(text="fine now")
+    assert asyncio.run(agent.run_turn("again")).outcome == "completed"
+
+
+async def _never(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    raise AssertionError("the registry raises before this handler runs")
