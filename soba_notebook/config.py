@@ -126,6 +126,8 @@ class ModelConfig:
 class ToolsConfig:
     """What the agent's tools may do. File tools never leave ``workspace``."""
 
+    #: ``~`` and ``$VARIABLE`` are expanded when the config is read; a relative path is relative to
+    #: the project directory. :func:`load_config` refuses one that is not an existing directory.
     workspace: str = "."
     allow_shell: bool = True
     allow_write: bool = True
@@ -281,7 +283,22 @@ def _check_number(value: Any, b: Bounds, *, optional: bool, bad: Any) -> Any:
     return int(value) if b.whole else float(value)
 
 
-def _merge(config: SobaConfig, layer: Mapping[str, Any], source: str, *, project_layer: bool = False) -> SobaConfig:
+def _workspace(source: str, dotted: str, value: str, base: Path | None) -> str:
+    """``tools.workspace`` with ``~`` and ``$VARIABLE`` expanded; with ``base`` (the project
+    directory, where a relative workspace starts) it must name an existing directory."""
+    expanded = os.path.expanduser(os.path.expandvars(value))
+    if base is not None:
+        where = base / expanded  # an absolute ``expanded`` replaces ``base``
+        if not where.is_dir():
+            shown = f" ({where})" if str(where) != value else ""
+            raise ConfigError(f"{source}: {dotted} = {value!r} is not allowed: the directory{shown} does not "
+                              f"exist (~ and $VARIABLES are expanded; a relative path starts at the project "
+                              f"directory {base})", source=source, key=dotted, value=value)
+    return expanded
+
+
+def _merge(config: SobaConfig, layer: Mapping[str, Any], source: str, *, project_layer: bool = False,
+           base: Path | None = None) -> SobaConfig:
     if not isinstance(layer, Mapping):
         raise ConfigError(f"{source}: the config must be a JSON object, got {type(layer).__name__}",
                           source=source)
@@ -314,6 +331,8 @@ def _merge(config: SobaConfig, layer: Mapping[str, Any], source: str, *, project
             spec = _FIELDS[section][name]
             changes[name] = _check_value(source, dotted, name, value, spec.default, spec.metadata.get("bounds"),
                                          spec.metadata.get("choices"))
+            if section == "tools" and name == "workspace":
+                changes[name] = _workspace(source, dotted, changes[name], base)
             sources[f"{section}.{_camel(name)}"] = source
         sections[section] = replace(sections[section], **changes)
     merged = SobaConfig(**sections, sources=sources)
@@ -412,18 +431,21 @@ def load_config(path: str | os.PathLike[str] | None = None, *, overrides: Mappin
                 project_dir: str | os.PathLike[str] | None = None) -> SobaConfig:
     """Merge defaults < ``~/.soba/config.json`` < project config (or ``path``) < ``overrides``.
 
-    ``overrides`` uses the file's shape: ``{"compaction": {"auto": False}}``.
+    ``overrides`` uses the file's shape: ``{"compaction": {"auto": False}}``. A ``tools.workspace``
+    that is not an existing directory (relative to ``project_dir``, default: the current one) is
+    a :class:`ConfigError` naming the layer that set it.
     """
     config = SobaConfig()
     _check_consistency(config)
     home_dir = Path(home) if home is not None else Path.home()
+    base = Path(project_dir or ".").absolute()
     project_file = Path(path) if path is not None else Path(project_dir or ".") / ".soba" / "config.json"
     if path is not None and not project_file.exists():
         raise ConfigError(f"{project_file}: no such config file", source=str(project_file))
     for file, is_project in ((home_dir / ".soba" / "config.json", False), (project_file, True)):
         layer = _read_layer(file)
         if layer is not None:
-            config = _merge(config, layer, str(file), project_layer=is_project)
+            config = _merge(config, layer, str(file), project_layer=is_project, base=base)
     if overrides:
-        config = _merge(config, overrides, "arguments")
+        config = _merge(config, overrides, "arguments", base=base)
     return config

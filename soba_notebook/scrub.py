@@ -7,7 +7,8 @@ messages. One rule everywhere (there used to be three, with different rules):
 
 * **values of secret variables in the environment**, read when the scrubber is built (the agent
   builds one per turn, so ``%env MY_TOKEN=...`` set after start is scrubbed from the next turn
-  on): the well-known provider keys and any variable whose name ends with ``_API_KEY``,
+  on, and again after every ``python`` or ``shell`` run, so a variable the code sets is scrubbed
+  from that run's own output): the well-known provider keys and any variable whose name ends with ``_API_KEY``,
   ``_TOKEN``, ``_SECRET`` or ``_PASSWORD``, at least :data:`MIN_SECRET_LENGTH` characters long;
   plus explicitly named variables (the model's ``apiKeyEnv``) and explicit values (a key passed
   to a provider in code). The marker names the variable;
@@ -125,6 +126,11 @@ class Scrubber:
         pairs += [(EXPLICIT_SECRET, v) for v in extra_values if v and len(v) >= 4 and v not in known]
         # longest first, so a value that contains another secret is replaced whole
         return cls(tuple(sorted(pairs, key=lambda kv: (-len(kv[1]), kv[0]))))
+
+    def merged(self, other: Scrubber) -> Scrubber:
+        """The secrets of both: a variable unset since this scrubber was built is still scrubbed."""
+        pairs = dict.fromkeys((*self.secrets, *other.secrets))
+        return Scrubber(tuple(sorted(pairs, key=lambda kv: (-len(kv[1]), kv[0]))))
 
     @property
     def names(self) -> frozenset[str]:

@@ -154,7 +154,12 @@ def split_points(text: str, split: int | Sequence[int] | None) -> list[str]:
 
 
 def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # a lone surrogate ("\ud83d") goes out as a JSON escape, as real servers send it
+        text = json.dumps(value, separators=(",", ":"))
+    return text
 
 
 def _text_pieces(text: str | Sequence[str], size: int) -> list[str]:

@@ -27,7 +27,7 @@ from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 
 from soba_notebook.agent import workspace as wsmod
 from soba_notebook.agent.tools import ToolContext, default_tools
-from soba_notebook.errors import SessionError, ToolError
+from soba_notebook.errors import SessionError, SessionWarning, ToolError
 from soba_notebook.session.entries import user_message
 from soba_notebook.session.store import SessionStore
 
@@ -160,6 +160,31 @@ def test_full_disk_append_is_one_clear_error_and_the_tail_is_quarantined(tiny_di
         reopened = SessionStore.open(store.file)
     assert [e.text for e in reopened.path()] == ["kept", "after the disk was freed"]
     assert any("a write failed" in str(w.message) or "not valid JSON" in str(w.message) for w in seen)
+
+
+def test_a_torn_tail_is_copied_whole_or_the_warning_says_nothing_could_be_copied(tiny_disk: Path) -> None:
+    """Issue 21 item 9: on a still-full disk the ``.torn-N`` copy was left empty, and every later
+    open said the torn bytes were in it."""
+    store = SessionStore.create(tiny_disk / "sessions")
+    store.append(user_message("kept"))
+    filler = _fill(tiny_disk, leave=8192)
+    with pytest.raises(SessionError):
+        store.append(user_message("y" * 40_000))
+    raw = store.file.read_bytes()
+    tail = raw[raw.rfind(b"\n") + 1:]
+    assert tail, "the failed append left no torn bytes to copy"
+    copy = store.file.with_name(f"{store.file.name}.torn-{len(raw) - len(tail)}")
+    with pytest.warns(SessionWarning) as full:
+        SessionStore.open(store.file)
+    said = " ".join(str(w.message) for w in full)
+    assert "could not be copied" in said and "No space left" in said and str(copy) not in said
+    assert not copy.exists() or copy.read_bytes() == tail  # never a copy that lacks the bytes
+    filler.unlink()
+    for _ in range(2):  # the open that can copy them, and one after it
+        with pytest.warns(SessionWarning) as freed:
+            SessionStore.open(store.file)
+        assert f"a copy of its bytes is in {copy}" in " ".join(str(w.message) for w in freed)
+        assert copy.read_bytes() == tail
 
 
 def test_full_disk_during_a_turn_ends_it_cleanly_naming_the_path(tiny_disk: Path, fake_server: FakeServer) -> None:

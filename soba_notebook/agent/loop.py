@@ -9,7 +9,9 @@ than the rejected one (:mod:`~soba_notebook.compaction.overflow`).
 Cancellation (the stop button) can land anywhere: while the model streams (the request is
 aborted and any partial text is kept as a cancelled reply), while a tool runs (the tool is
 stopped and its call gets a recorded ``cancelled`` result), or during a compaction (no capsule is
-appended). The transcript is always consistent: no tool call without a result.
+appended). The transcript is always consistent: no tool call without a result. A bug (an exception
+that is not a :class:`~soba_notebook.errors.SobaError`) ends the turn too: ``failed``, its error
+naming the exception and where it was raised, its open tool calls answered, ``turn_end`` emitted.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
+import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -74,6 +78,8 @@ from .tools import ToolContext, ToolRegistry, default_tools
 
 __all__ = ["READ_ONLY_TOOLS", "SYSTEM_PROMPT", "Agent", "TurnResult"]
 
+log = logging.getLogger(__name__)
+
 #: Tools that change nothing: the same call again, with nothing changed in between, is a loop.
 READ_ONLY_TOOLS = frozenset({"read_file", "list_files", "glob", "grep", "recall"})
 
@@ -106,6 +112,8 @@ class _TurnRun:
     outcome: TurnOutcome = "completed"
     error: str | None = None
     retry_limit: tuple[int, int] | None = None
+    #: the result text of a tool call the turn ended before answering (None: "cancelled before it ran")
+    unanswered: str | None = None
 
     def end(self, outcome: TurnOutcome, error: str | None = None) -> bool:
         """End the turn with ``outcome``; ``False`` so a step can ``return run.end(...)``."""
@@ -145,7 +153,8 @@ class Agent:
             self.workspace, config.tools, store=store, user_namespace=user_namespace,
             record_intent=lambda kind, note: self.engine.record_intent(kind, note),
             append_checkpoint=lambda kind, note: self._append(checkpoint(kind, note)), skills=self.skills,
-            hidden_env=self._scrubber.names, scrubber=self._scrubber)
+            hidden_env=self._scrubber.names, scrubber=self._scrubber,
+            refresh_secrets=lambda: self.refresh_secrets(keep_known=True))
         #: a note that starts each turn (the notebook layer's: the user's own cells since the last turn)
         self.turn_note: Callable[[], str | None] | None = None
         self._refresh_base_tokens()
@@ -155,9 +164,12 @@ class Agent:
     def _fresh_scrubber(self) -> Scrubber:
         return current_scrubber(extra_names=tuple(filter(None, [self.config.model.api_key_env])))
 
-    def refresh_secrets(self) -> None:
-        """Re-read the environment's secrets (a variable set after start); done at every turn start."""
-        self._scrubber = self._fresh_scrubber()
+    def refresh_secrets(self, *, keep_known: bool = False) -> None:
+        """Re-read the environment's secrets (a variable set after start): at every turn start, and
+        with ``keep_known`` after every ``python`` or ``shell`` run (before its result is written),
+        keeping this turn's secrets even if the code unset a variable after printing it."""
+        fresh = self._fresh_scrubber()
+        self._scrubber = self._scrubber.merged(fresh) if keep_known else fresh
         self.tool_context.scrubber = self._scrubber
         self.tool_context.hidden_env = self._scrubber.names
 
@@ -208,6 +220,10 @@ class Agent:
             raise
         except SobaError as exc:
             run.end("failed", str(exc))
+        except Exception as exc:  # a bug, not a user's or provider's problem: the turn still ends
+            log.debug("turn ended by an internal error", exc_info=exc)
+            run.end("failed", _internal_error(exc))
+            run.unanswered = f"not run: the turn ended on an internal error ({type(exc).__name__}: {exc})"
         return self._finish_turn(run)
 
     async def _turn_steps(self, run: _TurnRun, prompt: str, cancel: CancelToken) -> None:
@@ -283,7 +299,7 @@ class Agent:
     def _finish_turn(self, run: _TurnRun) -> TurnResult:
         """Close dangling tool calls, note a completed turn for compaction, report the turn's end."""
         try:
-            self._close_dangling(run.written)
+            self._close_dangling(run.written, run.unanswered)
         except SessionError as exc:  # the disk that failed the turn fails this too: report it once
             run.outcome, run.error = "failed", run.error or str(exc)
         if run.outcome == "completed" and self.config.compaction.compact_on_turn_complete:
@@ -437,11 +453,13 @@ class Agent:
         result saying ``note`` (a session taken over from a kernel whose tool was still running:
         its result can never be appended now); returns how many were closed."""
         written: list[str] = []
-        self._close_dangling(written, note)
+        self._close_dangling(written, cancelled_note=note)
         return len(written)
 
-    def _close_dangling(self, written: list[str], note: str = "cancelled before it ran") -> None:
-        """Give every tool call of this turn that has no result a recorded cancelled result."""
+    def _close_dangling(self, written: list[str], why: str | None = None, *,
+                        cancelled_note: str = "cancelled before it ran") -> None:
+        """Give every tool call of this turn that has no result a recorded result: cancelled (saying
+        ``cancelled_note``), or ``why`` (an error result) when the turn ended for another reason."""
         path = self.store.path()
         answered = {e.tool_call_id for e in path if e.role == "tool"}
         for entry in reversed(path):
@@ -450,7 +468,8 @@ class Agent:
             if entry.role == "assistant":
                 for call in entry.tool_calls:
                     if call.id not in answered:
-                        e = self._append(tool_result(call.id, call.name, note, is_error=True, cancelled=True))
+                        e = self._append(tool_result(call.id, call.name, why or cancelled_note,
+                                                     is_error=True, cancelled=why is None))
                         written.append(e.id or "")
                 break
 
@@ -482,6 +501,14 @@ def _retry_payload(data: Mapping[str, Any]) -> RetryPayload:
                         delay=float(delay) if isinstance(delay, int | float) else 0.0,
                         status=status if isinstance(status, int) else None,
                         reason=str(data.get("say") or detail or "the request failed"), detail=detail)
+
+
+def _internal_error(exc: Exception) -> str:
+    """The turn's error for a bug: what was raised and where, without a traceback on screen."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    return (f"internal error: {type(exc).__name__}: {exc}{where}. This is a bug in soba_notebook or in a tool, not "
+            "in your request; the turn was ended, its tool calls were answered and the transcript is intact")
 
 
 def _canonical(arguments: Mapping[str, Any]) -> str:

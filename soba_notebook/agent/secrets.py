@@ -5,7 +5,8 @@ os; print(os.environ)'``); before any text reaches the transcript, a spill file 
 passes through the one scrubber, :class:`soba_notebook.scrub.Scrubber` (secret variables'
 values and well-known token shapes). :func:`current_scrubber` builds it from the environment as
 it is *now*: the agent calls it at the start of every turn, so a secret set after start
-(``%env MY_TOKEN=...``) is scrubbed from the next turn on.
+(``%env MY_TOKEN=...``) is scrubbed from the next turn on; after every ``python`` or ``shell``
+run it is rebuilt again (keeping the turn's secrets), before that run's result is written.
 """
 
 from __future__ import annotations

@@ -96,7 +96,9 @@ class ToolContext:
     ``hidden_env`` names environment variables removed from the environment of shell commands
     (the model's API key variable), so ``env`` in a command does not copy a secret into the transcript.
     ``scrubber`` removes secrets from every result *before* it is bounded or spilled to a file
-    (default: one built from the environment at each call).
+    (default: one built from the environment at each call). ``refresh_secrets()`` is called after
+    every tool that runs code (``python``, ``shell``) and before its result is scrubbed: code may set
+    a secret variable and print it in the same run (the agent's callback updates ``scrubber``).
     """
 
     workspace: Path
@@ -110,6 +112,7 @@ class ToolContext:
     spill_dir: Path | None = None
     hidden_env: frozenset[str] = frozenset()
     scrubber: Scrubber | None = None
+    refresh_secrets: Callable[[], object] | None = None
     _private_namespace: dict[str, Any] = field(default_factory=lambda: {"__name__": "__soba__"}, init=False,
                                                repr=False)
 
@@ -142,6 +145,8 @@ class Tool:
     spec: ToolSpec
     handler: Handler
     requires: str | None = None  # a ToolsConfig boolean field, e.g. "allow_shell"
+    #: runs the model's code, which may set environment variables: secrets are re-read after it
+    runs_code: bool = False
 
     @property
     def name(self) -> str:
@@ -353,8 +358,9 @@ async def _glob(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 
 
 async def _grep(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    cancel = ctx.cancel
     return _file_raw(await asyncio.to_thread(ws.grep_files, ctx.workspace, args["pattern"], args.get("path", "."),
-                                             args.get("glob")))
+                                             args.get("glob"), (lambda: cancel.cancelled) if cancel else None))
 
 
 # -- shell and python (the execution itself lives in .shell and .pyexec) -----------------------
@@ -487,11 +493,11 @@ _TOOLS: tuple[Tool, ...] = (
                   _schema(["command"], command=_string("The bash command."),
                           timeout_sec={"type": "number", "description": "Seconds before the command is killed; "
                                        "default from config."})),
-         _shell, "allow_shell"),
+         _shell, "allow_shell", runs_code=True),
     Tool(ToolSpec("python", "Run Python code in the notebook's namespace (variables persist between calls). "
                   "Printed output is returned, plus the repr of a trailing expression, like a REPL.",
                   _schema(["code"], code=_string("Python source to execute."))),
-         _python, "allow_python"),
+         _python, "allow_python", runs_code=True),
     Tool(ToolSpec("recall", "Read one stored transcript entry by id, exactly as it was recorded, including "
                   "history that has been compacted out of the context.",
                   _schema(["entry_id"], entry_id=_string("The entry id."))),
@@ -572,6 +578,8 @@ class ToolRegistry:
             raw = ToolResult(f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
         except Exception as exc:  # a bug in a tool must not end the turn; report it to the model
             raw = ToolResult(f"{name} failed with an internal error: {type(exc).__name__}: {exc}", is_error=True)
+        if tool.runs_code and ctx.refresh_secrets is not None:
+            ctx.refresh_secrets()  # os.environ["X_API_KEY"] = ...; print(...) in this very run
         scrubber = ctx.scrubber if ctx.scrubber is not None else Scrubber.from_environ()
         # scrubbed first: the spill file under .soba/outputs must never hold a secret
         content, full_chars, spill = bound_output(scrubber.text(raw.text), ctx.config.max_output_chars,

@@ -22,10 +22,12 @@ import contextlib
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import regex
 
 from ..errors import ToolError, WorkspaceError
 from .confine import STATE_DIR_NAME, Located, locate, open_located, protected_identities
@@ -55,6 +57,10 @@ _MAX_LISTED = 1000
 _MAX_GREP_MATCHES = 500
 _MAX_GREP_LINE_CHARS = 400
 _MAX_GREP_FILE_BYTES = 20 * 1024 * 1024
+#: Seconds one line's search may take. A model's pattern with nested repetition ("(a|aa)+$") can
+#: backtrack for hours; the ``regex`` engine gives up after this long (measured: about 2-3x it on
+#: a loaded machine) and releases the GIL meanwhile, so the kernel and the stop button stay live.
+GREP_MATCH_TIMEOUT_SEC = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,17 +424,22 @@ def glob_files(root: Path, pattern: str) -> FileResult:
     return FileResult(body, {"pattern": pattern, "matches": len(matches)})
 
 
-def grep_files(root: Path, pattern: str, path: str = ".", glob: str | None = None) -> FileResult:
-    """Lines matching the regex ``pattern`` as ``file:line: text``, in text files under ``path``."""
+def grep_files(root: Path, pattern: str, path: str = ".", glob: str | None = None,
+               stopped: Callable[[], bool] | None = None) -> FileResult:
+    """Lines matching the regex ``pattern`` as ``file:line: text``, in text files under ``path``.
+
+    A line whose search takes over :data:`GREP_MATCH_TIMEOUT_SEC` ends the grep with a
+    :class:`ToolError` naming the pattern and the line; ``stopped()`` (the user's stop) is asked
+    before every line, and a true answer ends it with what was found so far."""
     try:
-        regex = re.compile(pattern)
-    except re.error as exc:
+        compiled = regex.compile(pattern)
+    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
         raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from None
     name_filter = glob_regex(glob) if glob else None
     filter_on_name = bool(glob) and "/" not in (glob or "")
     hits: list[str] = []
     searched = 0
-    capped = False
+    capped = cancelled = False
     loops: list[str] = []
     with _locate(root, path or ".") as start:
         shown = start.shown
@@ -446,20 +457,34 @@ def grep_files(root: Path, pattern: str, path: str = ".", glob: str | None = Non
                 continue
             searched += 1
             for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
-                if regex.search(line):
+                if stopped is not None and stopped():
+                    cancelled = True
+                    break
+                try:
+                    found_here = compiled.search(line, timeout=GREP_MATCH_TIMEOUT_SEC, concurrent=True)
+                except TimeoutError:
+                    raise ToolError(
+                        f"the pattern /{pattern}/ timed out on {entry.rel}:{number} (over "
+                        f"{GREP_MATCH_TIMEOUT_SEC:g}s on one line: nested or overlapping repetition such as "
+                        f"(a+)+ or (a|aa)+ backtracks without end); grep stopped after {len(hits):,} matches. "
+                        f"Simplify the pattern") from None
+                if found_here:
                     if len(line) > _MAX_GREP_LINE_CHARS:
                         line = line[:_MAX_GREP_LINE_CHARS] + " …"
                     hits.append(f"{entry.rel}:{number}: {line}")
                     if len(hits) >= _MAX_GREP_MATCHES:
                         capped = True
                         break
-            if capped:
+            if capped or cancelled:
                 break
     note = ""
     if loops:
         shown_loops = ", ".join(loops[:5]) + (f" and {len(loops) - 5:,} more" if len(loops) > 5 else "")
         note = f"\n[skipped {len(loops):,} symbolic link{'s' if len(loops) > 1 else ''} that loop: {shown_loops}]"
     data = {"pattern": pattern, "path": shown, "matches": len(hits), "files_searched": searched}
+    if cancelled:
+        note += f"\n[grep stopped by the user after {len(hits):,} matches in {searched:,} files]"
+        data["cancelled"] = True
     if not hits:
         where = shown + (f" (files matching {glob})" if glob else "")
         return FileResult(f"no matches for /{pattern}/ in {where} ({searched:,} files searched){note}", data)

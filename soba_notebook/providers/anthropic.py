@@ -34,11 +34,13 @@ from typing import Any
 
 from soba_notebook.errors import AuthError, ProviderError
 from soba_notebook.session.entries import ToolCall, Usage
+from soba_notebook.surrogates import PairJoiner, clean_surrogates
 
 from .base import (
     ModelRequest,
     ModelResponse,
     StreamEvent,
+    clean_tool_arguments,
     message_text,
     repair_tool_pairing,
     tool_call_from_text,
@@ -170,6 +172,8 @@ class _Block:
     name: str = ""
     parts: list[str] = field(default_factory=list)
     initial_input: Mapping[str, Any] | None = None
+    # what the screen is sent: an emoji's surrogate pair split over two deltas arrives whole
+    shown: PairJoiner = field(default_factory=PairJoiner)
 
 
 @dataclass(slots=True)
@@ -288,10 +292,12 @@ class AnthropicProvider(RemoteProvider):
                 emit(StreamEvent("tool_call_start", {"index": index, "id": block.id, "name": block.name}))
             elif block.type == "text" and raw.get("text"):
                 block.parts.append(str(raw["text"]))
-                emit(StreamEvent("text", {"text": str(raw["text"])}))
+                if shown := block.shown.feed(str(raw["text"])):
+                    emit(StreamEvent("text", {"text": shown}))
             elif block.type == "thinking" and raw.get("thinking"):
                 block.parts.append(str(raw["thinking"]))
-                emit(StreamEvent("thinking", {"text": str(raw["thinking"])}))
+                if shown := block.shown.feed(str(raw["thinking"])):
+                    emit(StreamEvent("thinking", {"text": shown}))
             state.blocks[index] = block
         elif kind == "content_block_delta":
             self._apply_delta(payload, state, emit)
@@ -320,14 +326,16 @@ class AnthropicProvider(RemoteProvider):
         kind = delta.get("type")
         if kind == "text_delta" and isinstance(delta.get("text"), str):
             block.parts.append(delta["text"])
-            emit(StreamEvent("text", {"text": delta["text"]}))
+            if shown := block.shown.feed(delta["text"]):
+                emit(StreamEvent("text", {"text": shown}))
         elif kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
             if delta["partial_json"]:
                 block.parts.append(delta["partial_json"])
                 emit(StreamEvent("tool_call_delta", {"index": index, "arguments": delta["partial_json"]}))
         elif kind == "thinking_delta" and isinstance(delta.get("thinking"), str):
             block.parts.append(delta["thinking"])
-            emit(StreamEvent("thinking", {"text": delta["thinking"]}))
+            if shown := block.shown.feed(delta["thinking"]):
+                emit(StreamEvent("thinking", {"text": shown}))
         # signature_delta: the signature is only needed to send thinking back, which soba does not.
 
     @staticmethod
@@ -368,10 +376,11 @@ class AnthropicProvider(RemoteProvider):
             elif block.type == "tool_use":
                 raw = "".join(block.parts)
                 calls.append(tool_call_from_text(block.id, block.name, raw) if raw
-                             else ToolCall(block.id, block.name, dict(block.initial_input or {})))
-        return ModelResponse(text="".join(text), tool_calls=tuple(calls), usage=state.usage(),
+                             else ToolCall(block.id, block.name, clean_tool_arguments(block.initial_input or {})))
+        return ModelResponse(text=clean_surrogates("".join(text)), tool_calls=tuple(calls), usage=state.usage(),
                              stop_reason=normalize_anthropic_stop_reason(state.stop_reason),
-                             model=state.model or self.model, thinking="".join(thinking), provider=self.name)
+                             model=state.model or self.model, thinking=clean_surrogates("".join(thinking)),
+                             provider=self.name)
 
 
 _DELTA_BLOCK = {"text_delta": "text", "input_json_delta": "tool_use", "thinking_delta": "thinking"}

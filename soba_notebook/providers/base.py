@@ -24,13 +24,16 @@ Neutral messages::
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from soba_notebook.session.entries import Entry, ToolCall, Usage
+from soba_notebook.surrogates import clean_surrogates, has_surrogates
 
 __all__ = [
+    "MAX_ARGUMENT_DEPTH",
     "STREAM_EVENT_KINDS",
     "ModelRequest",
     "ModelResponse",
@@ -39,7 +42,9 @@ __all__ = [
     "SummarySource",
     "ToolSpec",
     "arguments_error",
+    "clean_tool_arguments",
     "message_text",
+    "nested_deeper_than",
     "parse_tool_arguments",
     "repair_tool_pairing",
     "tool_call_from_text",
@@ -169,29 +174,79 @@ def message_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+#: Arguments nested deeper than this (objects and arrays) are refused like unparsable text: no
+#: tool takes them, and every later step that walks them (the secret scrubber, the store's JSON
+#: encoder, the next request) would meet Python's recursion limit and end the turn.
+MAX_ARGUMENT_DEPTH = 100
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` holds objects or arrays more than ``limit`` levels deep (counted
+    without recursion, so any depth is safe to ask about)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def parse_tool_arguments(raw: str | Mapping[str, Any] | None) -> dict[str, Any]:
     """Turn streamed argument text into a dict (``{}`` for empty text); raises ``ValueError``
-    with the JSON parse error when the text is not a JSON object."""
+    with the JSON parse error when the text is not a JSON object, or one nested more than
+    :data:`MAX_ARGUMENT_DEPTH` levels deep."""
     if isinstance(raw, Mapping):
-        return dict(raw)
-    if raw is None or not raw.strip():
+        value: Any = dict(raw)
+    elif raw is None or not raw.strip():
         return {}
-    try:
-        value = json.loads(raw)
-    except RecursionError:  # hostile nesting: a parse error like any other, not a crash
-        raise ValueError("arguments nested too deeply to parse") from None
+    else:
+        try:
+            value = json.loads(raw)
+        except RecursionError:  # hostile nesting: a parse error like any other, not a crash
+            value = _TOO_DEEP
+    if value is _TOO_DEEP or nested_deeper_than(value, MAX_ARGUMENT_DEPTH):
+        raise ValueError(f"arguments nested too deeply (more than {MAX_ARGUMENT_DEPTH:,} levels)")
     if not isinstance(value, dict):
         raise ValueError(f"expected a JSON object, got {type(value).__name__}")
     return value
 
 
+_TOO_DEEP = object()
+
+
+#: A JSON escape of a UTF-16 surrogate half (``\ud83d``): the parsed text may hold a lone one.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def clean_tool_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``arguments`` with every string (keys too) free of lone UTF-16 surrogates, pairs joined
+    (:func:`~soba_notebook.surrogates.clean_surrogates`); unchanged when there are none."""
+    text = json.dumps(arguments, ensure_ascii=False)  # leaves surrogates as they are, so they can be found
+    if not has_surrogates(text):
+        return dict(arguments)
+    value = json.loads(clean_surrogates(text))
+    return value if isinstance(value, dict) else {}
+
+
 def tool_call_from_text(call_id: str, name: str, text: str | None) -> ToolCall:
     """A :class:`ToolCall` from the model's argument text: parsed when it is a JSON object, else
-    kept verbatim in ``raw_arguments`` (never guessed at, never wrapped)."""
+    kept verbatim in ``raw_arguments`` (never guessed at, never wrapped). Lone UTF-16 surrogates,
+    as characters or as ``\\uXXXX`` escapes, become U+FFFD, so the call can be stored and run."""
+    text = clean_surrogates(text) if text else text
     try:
-        return ToolCall(call_id, name, parse_tool_arguments(text))
+        arguments = parse_tool_arguments(text)
     except ValueError:
         return ToolCall(call_id, name, {}, raw_arguments=text or "")
+    if text and _SURROGATE_ESCAPE.search(text):
+        arguments = clean_tool_arguments(arguments)
+    return ToolCall(call_id, name, arguments)
 
 
 def arguments_error(call: ToolCall) -> str | None:

@@ -40,6 +40,7 @@ from typing import Any
 
 from soba_notebook.errors import ContextOverflowError, ProviderError
 from soba_notebook.session.entries import Usage
+from soba_notebook.surrogates import PairJoiner, clean_surrogates
 
 from .base import (
     ModelRequest,
@@ -152,6 +153,9 @@ class _StreamState:
     model: str | None = None
     done: bool = False
     chunks: int = 0  # data events received, [DONE] excluded
+    # what the screen is sent: an emoji's surrogate pair split over two deltas arrives whole
+    shown_text: PairJoiner = field(default_factory=PairJoiner)
+    shown_thinking: PairJoiner = field(default_factory=PairJoiner)
 
 
 class _Head:
@@ -407,12 +411,14 @@ class OpenAIChatProvider(RemoteProvider):
             reasoning = delta.get(key)
             if isinstance(reasoning, str) and reasoning:
                 state.thinking.append(reasoning)
-                emit(StreamEvent("thinking", {"text": reasoning}))
+                if shown := state.shown_thinking.feed(reasoning):
+                    emit(StreamEvent("thinking", {"text": shown}))
                 break
         content = delta.get("content")
         if isinstance(content, str) and content:
             state.text.append(content)
-            emit(StreamEvent("text", {"text": content}))
+            if shown := state.shown_text.feed(content):
+                emit(StreamEvent("text", {"text": shown}))
         calls = delta.get("tool_calls")
         if not isinstance(calls, list):
             return
@@ -445,9 +451,9 @@ class OpenAIChatProvider(RemoteProvider):
         reason = normalize_openai_stop_reason(state.finish_reason)
         if calls and reason == "stop":  # some local servers say "stop" after emitting tool calls
             reason = "tool_use"
-        return ModelResponse(text="".join(state.text), tool_calls=tuple(calls), usage=state.usage,
+        return ModelResponse(text=clean_surrogates("".join(state.text)), tool_calls=tuple(calls), usage=state.usage,
                              stop_reason=reason, model=state.model or self.model,
-                             thinking="".join(state.thinking), provider=self.name)
+                             thinking=clean_surrogates("".join(state.thinking)), provider=self.name)
 
 
 def _slot_for(call: Mapping[str, Any], position: int, state: _StreamState) -> _ToolSlot:

@@ -8,9 +8,11 @@ last line beside the session.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import json.scanner
 import os
+import stat
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,21 +53,43 @@ def parse_header(file: Path, line: bytes) -> dict[str, Any]:
 
 
 def quarantine(file: Path, tail: bytes, offset: int) -> str:
-    """Copy a torn tail beside the session (``<id>.jsonl.torn-<offset>``) so the user can see it."""
+    """Copy a torn tail beside the session (``<id>.jsonl.torn-<offset>``) so the user can see it.
+
+    Returns the end of the warning: where the copy is, or that nothing could be copied and why.
+    A copy is complete or absent: one cut short (a full disk) is removed, and a copy that an
+    earlier open left without the bytes is made again, so the warning never points at a file
+    that lacks them."""
     copy = file.with_name(f"{file.name}.torn-{offset}")
-    try:
-        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    except FileExistsError:
+    if _holds(copy, tail):
         return f"; a copy of its bytes is in {copy}"
-    except OSError:
-        return ""
+    written = False
     try:
-        os.write(fd, tail)
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(copy)  # an incomplete copy from an earlier open
+        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            view = memoryview(tail)
+            while view:
+                view = view[os.write(fd, view):]
+            written = True
+        finally:
+            os.close(fd)
+            if not written:
+                with contextlib.suppress(OSError):
+                    os.unlink(copy)
+    except OSError as exc:
+        return (f"; its bytes could not be copied to {copy.name} beside it ({exc.strerror or exc}), nothing "
+                f"was copied and the next open tries again")
     return f"; a copy of its bytes is in {copy}"
+
+
+def _holds(copy: Path, tail: bytes) -> bool:
+    """Whether ``copy`` is a regular file holding exactly ``tail``."""
+    try:
+        st = os.lstat(copy)
+        return stat.S_ISREG(st.st_mode) and st.st_size == len(tail) and copy.read_bytes() == tail
+    except OSError:
+        return False
 
 
 def parse_lines(file: Path, region: bytes, first_line: int,

@@ -15,6 +15,9 @@ What this module guarantees:
 * **One writer per session.** A store that holds the session's writer lease (:meth:`SessionStore.claim`,
   :mod:`.lease`) checks it under the exclusive lock before every append, so once another process
   took the session over, this one writes nothing more (two kernels never interleave turns).
+* **Any text.** An entry whose text holds UTF-16 surrogates (an emoji's pair split across two
+  stream chunks, a lone ``\ud83d`` escape in tool arguments) is written with the pair joined and a
+  lone half as U+FFFD (:mod:`..surrogates`); :meth:`SessionStore.append` returns it as written.
 * **Live readers.** :meth:`SessionStore.refresh` picks up lines other writers appended; readers
   only ever consume complete lines, so a half-written entry is never seen.
 * **Clear errors.** A missing header, a non-JSON line, a parent that points nowhere: the message
@@ -40,6 +43,7 @@ from typing import Any
 
 from ..errors import SessionError, SessionHeldError, SessionLockedError, SessionWarning, StaleLeafError
 from ..locking import lock_exclusive, lock_shared, unlock
+from ..surrogates import clean_surrogates
 from .entries import Entry, new_id, now_iso
 from .jsonl import FORMAT_VERSION, parse_header, parse_lines, quarantine
 from .lease import WriterLease
@@ -387,10 +391,21 @@ class SessionStore:
             except (TypeError, ValueError) as exc:
                 raise SessionError(f"{self.file}: entry of type {entry.type!r} is not JSON-serializable: {exc}") \
                     from None
+            except RecursionError:  # a value nested past Python's recursion limit: an error, not a crash
+                raise SessionError(f"{self.file}: entry of type {entry.type!r} is nested too deeply to write; "
+                                   f"it was not saved") from None
             # U+2028/2029 are line breaks to str.splitlines and to many JSONL readers: escape them
             # so one entry stays one line for every reader, not only ours.
             payload = payload.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-            data = (("\n" if self._needs_newline else "") + payload + "\n").encode()
+            try:
+                data = (("\n" if self._needs_newline else "") + payload + "\n").encode()
+            except UnicodeEncodeError:
+                # UTF-16 surrogates (a pair split by a stream, a lone half): their pairs joined, lone
+                # halves as U+FFFD, and the entry kept in memory is the one on disk. Never a crash
+                # that loses the reply.
+                payload = clean_surrogates(payload)
+                entry = Entry.from_json(json.loads(payload))
+                data = (("\n" if self._needs_newline else "") + payload + "\n").encode()
             self._write_line(data, entry)
             self._needs_newline = False
             self._offset += len(data)
