@@ -13,8 +13,8 @@ from agent_support import make_agent
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 
 from soba_notebook.errors import SessionError, SessionWarning
+from soba_notebook.session import SessionStore, list_sessions
 from soba_notebook.session.entries import Entry, user_message
-from soba_notebook.session.store import SessionStore, list_sessions
 
 
 def test_a_deeply_nested_line_is_skipped_with_a_warning_naming_file_and_line(tmp_path: Path) -> None:

@@ -26,7 +26,8 @@ from ..events import EventBus
 from ..flight import FlightRecorder
 from ..providers.base import Provider
 from ..providers.factory import make_provider
-from ..session.store import SessionStore, list_sessions
+from ..session.listing import list_sessions
+from ..session.store import SessionStore
 from .loop import Agent
 from .tools import ToolRegistry
 

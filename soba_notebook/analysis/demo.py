@@ -26,7 +26,8 @@ from ..config import SobaConfig, load_config
 from ..errors import CompactionFailed
 from ..flight import FlightRecorder
 from ..session.entries import ToolCall, Usage, assistant_message, checkpoint, tool_result, user_message
-from ..session.store import SessionStore, list_sessions
+from ..session.listing import list_sessions
+from ..session.store import SessionStore
 from ..tokens import TokenCounter
 from ._common import run_blocking
 

@@ -30,7 +30,7 @@ def _status(s: NotebookSession, args: Parsed) -> None:
 def _sessions(s: NotebookSession, args: Parsed) -> None:
     from ..agent import project_paths
     from ..session.lease import current_holder
-    from ..session.store import list_sessions
+    from ..session.listing import list_sessions
 
     # listing does not open a session: a kernel's own session starts with its first turn
     mine = s.handle.store.id if s.handle is not None else None
@@ -46,7 +46,7 @@ def _sessions(s: NotebookSession, args: Parsed) -> None:
 
 def _resume(s: NotebookSession, args: Parsed) -> None:
     from ..agent import project_paths
-    from ..session.store import list_sessions
+    from ..session.listing import list_sessions
 
     target = args.words[0] if args.words else None
     if target is None:  # the newest session other than this kernel's own

@@ -12,7 +12,8 @@ from .entries import (
     tool_result,
     user_message,
 )
-from .store import FORMAT_VERSION, SessionInfo, SessionStore, list_sessions
+from .listing import SessionInfo, list_sessions
+from .store import FORMAT_VERSION, SessionStore
 
 __all__ = [
     "FORMAT_VERSION",

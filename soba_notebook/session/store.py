@@ -31,12 +31,10 @@ import contextlib
 import gc
 import json
 import os
-import stat
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -47,26 +45,15 @@ from ..surrogates import clean_surrogates
 from .entries import Entry, new_id, now_iso
 from .jsonl import FORMAT_VERSION, parse_header, parse_lines, quarantine
 from .lease import WriterLease
+from .listing import open_regular
 from .payloads import leaf_data
 
-__all__ = ["FORMAT_VERSION", "BatchEntryError", "SessionInfo", "SessionStore", "list_sessions"]
+__all__ = ["FORMAT_VERSION", "BatchEntryError", "SessionStore"]
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 #: How much of a session file :meth:`SessionStore.open` reads and parses at a time.
 OPEN_CHUNK_BYTES = 8 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class SessionInfo:
-    """What :func:`list_sessions` knows about a session without parsing all of it."""
-
-    id: str
-    path: Path
-    created: str | None
-    cwd: str | None
-    size_bytes: int
-    modified: float
 
 
 class SessionStore:
@@ -128,7 +115,7 @@ class SessionStore:
         """Open an existing session file, reporting (not raising) skipped or repaired lines."""
         file = Path(path)
         try:
-            fh = _open_regular(file)
+            fh = open_regular(file)
         except FileNotFoundError:
             raise SessionError(f"{file}: no such session file") from None
         except OSError as exc:
@@ -579,37 +566,3 @@ class BatchEntryError(SessionError):
     def __init__(self, index: int, message: str) -> None:
         super().__init__(message)
         self.index = index
-
-def _open_regular(file: Path) -> Any:
-    """``file`` opened for reading, refused unless it is a regular file: a FIFO would hang the kernel."""
-    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise SessionError(f"{file}: not a regular file (a FIFO, socket or device); a session is a .jsonl file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
-
-
-def list_sessions(directory: str | os.PathLike[str]) -> list[SessionInfo]:
-    """Sessions in ``directory``, newest first, reading only each file's header line."""
-    directory = Path(directory)
-    out: list[SessionInfo] = []
-    if not directory.is_dir():
-        return out
-    for file in directory.glob("*.jsonl"):
-        try:
-            if not stat.S_ISREG(file.lstat().st_mode):
-                warnings.warn(f"{file}: not a regular file; not listed as a session", SessionWarning, stacklevel=2)
-                continue
-            with _open_regular(file) as fh:
-                header = json.loads(fh.readline() or b"null")
-            st = file.stat()
-        except (OSError, ValueError, RecursionError, SessionError):
-            continue
-        if not isinstance(header, dict) or header.get("type") != "session":
-            continue
-        out.append(SessionInfo(str(header.get("id", file.stem)), file, header.get("created"),
-                               header.get("cwd"), st.st_size, st.st_mtime))
-    out.sort(key=lambda s: s.modified, reverse=True)
-    return out
