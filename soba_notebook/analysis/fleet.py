@@ -82,7 +82,7 @@ def simulate_many(sessions: SessionLike | Iterable[SessionLike],
 
     ``executor``: any :class:`concurrent.futures.Executor`; by default a process pool with one
     worker per CPU, shut down afterwards (an executor you pass is left running). Workers open the
-    sessions by path, so they must see the same files. A ``tqdm.auto`` progress bar counts
+    sessions by path, so they must see the same files. A progress bar counts
     sessions (``progress=False`` hides it).
 
     Columns: ``session`` (string, the path), ``config`` (string), then :func:`compare`'s columns

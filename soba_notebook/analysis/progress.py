@@ -1,8 +1,11 @@
 """Progress bars for the analysis layer's long loops (simulating several configs, and the like).
 
-Owns :func:`progress`: ``tqdm.auto``, which renders as a widget in Jupyter and as a text bar in a
-terminal. A loop of one item gets no bar (it would only flash), and a finished bar is removed
-(``leave=False``) so an executed notebook keeps its results, not a row of full bars.
+Owns :func:`progress`: a widget bar in a Jupyter kernel, a text bar on standard error everywhere
+else. The choice is made at each call from the running shell, not once at import as ``tqdm.auto``
+does (its first import decides for the whole process, so a process that once looked like a kernel
+kept printing widget reprs to standard output). A loop of one item gets no bar (it would only
+flash), and a finished bar is removed (``leave=False``) so an executed notebook keeps its results,
+not a row of full bars.
 """
 
 from __future__ import annotations
@@ -10,16 +13,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
 
+from ..importers.fleet import bar_class
+
 __all__ = ["progress"]
 
 T = TypeVar("T")
 
 
 def progress(items: Iterable[T], *, total: int | None = None, desc: str = "", unit: str = "it") -> Iterator[T]:
-    """Iterate ``items`` with a ``tqdm.auto`` bar (none for fewer than two items)."""
+    """Iterate ``items`` with a progress bar (:func:`~.importers.fleet.bar_class`); none for fewer than two."""
     if total is not None and total < 2:
         yield from items
         return
-    from tqdm.auto import tqdm
-
-    yield from tqdm(items, total=total, desc=desc, unit=unit, leave=False)
+    yield from bar_class()(items, total=total, desc=desc, unit=unit, leave=False)

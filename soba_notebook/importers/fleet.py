@@ -3,7 +3,8 @@
 :func:`import_transcripts` runs :func:`~soba_notebook.importers.import_transcript_with_report`
 once per transcript file under a folder, in parallel on any :class:`concurrent.futures.Executor`
 (a process pool by default; a Dask or Ray executor runs the same call on a cluster), with a
-``tqdm.auto`` progress bar. There is no home-made distribution here: the executor decides where
+progress bar (:func:`bar_class`: a widget in a Jupyter kernel, text on standard error elsewhere).
+There is no home-made distribution here: the executor decides where
 each file is imported, and every worker writes its own new session file, so nothing is shared.
 
 A file that cannot be imported (not a transcript, unreadable) does not stop the others: its
@@ -17,12 +18,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["TRANSCRIPT_SUFFIXES", "FolderImport", "import_transcripts", "run_all", "transcript_files"]
+__all__ = ["TRANSCRIPT_SUFFIXES", "FolderImport", "bar_class", "import_transcripts", "run_all", "transcript_files"]
 
 #: File name endings that may hold a transcript (pi / Claude Code JSONL, OpenAI / SWE-agent JSON).
 TRANSCRIPT_SUFFIXES = (".jsonl", ".json", ".traj")
@@ -42,15 +44,32 @@ def transcript_files(folder: str | os.PathLike[str]) -> list[Path]:
     return sorted(out)
 
 
+def bar_class() -> Any:
+    """The progress bar for this call: a widget bar in a Jupyter kernel, else a text bar.
+
+    Decided at each call from the running shell, never once per process as ``tqdm.auto`` decides
+    at its first import: a process that merely had IPython loaded then printed widget reprs to
+    standard output for good. IPython is looked up, never imported (this layer is headless).
+    """
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is not None and type(shell).__name__ == "ZMQInteractiveShell":
+        from tqdm.notebook import tqdm as notebook_bar
+
+        return notebook_bar
+    from tqdm.std import tqdm as text_bar
+
+    return text_bar
+
+
 def run_all(fn: Callable[..., _T], jobs: Sequence[tuple[Any, ...]], executor: concurrent.futures.Executor | None, *,
             desc: str, unit: str, progress: bool = True) -> list[_T]:
     """``[fn(*job) for job in jobs]``, run on ``executor`` (default: a process pool), in job order.
 
     ``fn`` must be a module-level function (it may be sent to another process); the progress bar
-    (``tqdm.auto``: a widget in Jupyter, text elsewhere) advances as jobs finish in any order.
+    (:func:`bar_class`) advances as jobs finish in any order.
     """
-    from tqdm.auto import tqdm
-
+    tqdm = bar_class()
     own = executor is None
     if own:
         workers = max(1, min(os.cpu_count() or 1, len(jobs)))
