@@ -102,7 +102,8 @@ class CellBoard:
                 return
             self._pending, self._sent_at = False, now
             bundle = self._compose()
-        self._handle.update(bundle, raw=True)
+        if self._handle is not None:  # None: no shell to display in (a plain script); nothing to update
+            self._handle.update(bundle, raw=True)
 
     def _compose(self) -> dict[str, str]:
         htmls, texts = [], []
