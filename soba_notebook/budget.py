@@ -7,7 +7,9 @@ since the last check), not O(history).
 
 Measurement source (DESIGN.md, "Budget"): ``provider_usage`` when the latest assistant reply on
 the current model input reported usage for a request whose input is a prefix of this one (same
-capsule in force), plus an estimate of what was appended since; otherwise ``estimated``.
+capsule in force), plus an estimate of what was appended since; otherwise ``estimated``. Usage
+SOBA counted itself (the offline scripted model's, :attr:`Usage.counted`) is no report: a model
+that reports no usage is never badged ``provider_usage``.
 """
 
 from __future__ import annotations
@@ -124,7 +126,9 @@ class BudgetTracker:
             entry = get(path[pos])
             cum.append(cum[-1] + count(entry))
             if entry.role == "assistant" and entry.message.get("usage") is not None:
-                usage[entry.message.get("contextKey") or "root"] = pos
+                reply_usage = entry.usage
+                if reply_usage is not None and reply_usage.reported:  # a count of SOBA's own is no report
+                    usage[entry.message.get("contextKey") or "root"] = pos
         self._seen = len(path)
         return start
 

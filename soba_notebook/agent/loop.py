@@ -387,8 +387,8 @@ class Agent:
 
     def _record_response(self, request: ModelRequest, response: ModelResponse) -> Entry:
         estimated, context_key = self._request_context
-        if response.usage is not None and response.usage.prompt_tokens > 0 \
-                and context_key == self.engine.tracker.context_key:
+        if response.usage is not None and response.usage.reported \
+                and context_key == self.engine.tracker.context_key:  # a count of our own teaches nothing
             self.engine.tracker.observe_usage(estimated, response.usage.prompt_tokens)
         return self._append(assistant_message(
             response.text, response.tool_calls, usage=response.usage, model=response.model or request.model,

@@ -10,7 +10,10 @@ while another runs waits and is taken after it; its queue position is returned.
 ``cancel_current`` cancels the running job (turn or compaction) from any thread through its
 cancel token. ``stop`` cancels everything and *waits* for the running job to end, so a session is
 never switched or closed under a running turn: its tool is stopped and gets its recorded
-``cancelled`` result first. Nothing here knows IPython, so scripts and tests use it as it is.
+``cancelled`` result first. A job may carry a ``tag`` (anything: the notebook's per-cell event
+queue); :meth:`AgentRuntime.job_tag`, asked on the runtime's thread, names the running job's tag,
+so whoever subscribes to the agent's events knows which job emitted each one and can send its
+output to the cell that started it. Nothing here knows IPython, so scripts and tests use it as it is.
 """
 
 from __future__ import annotations
@@ -62,27 +65,29 @@ class AgentRuntime:
         self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
         self._thread.start()
         self._lock = threading.Lock()
-        self._queue: deque[tuple[Job, concurrent.futures.Future[Any], CancelToken, str]] = deque()
+        self._queue: deque[tuple[Job, concurrent.futures.Future[Any], CancelToken, str, object]] = deque()
         self._current: CancelToken | None = None
+        self._current_tag: object = None
         self._current_job: QueuedTurn | None = None
         self._running = False
         self._closed = False
 
     # -- turns -------------------------------------------------------------------------------
-    def submit(self, prompt: str) -> QueuedTurn:
+    def submit(self, prompt: str, *, tag: object = None) -> QueuedTurn:
         """Queue a turn; it starts at once when nothing runs, else after the jobs ahead of it."""
-        return self.submit_job(lambda token: self.agent.run_turn(prompt, token), prompt)
+        return self.submit_job(lambda token: self.agent.run_turn(prompt, token), prompt, tag=tag)
 
-    def submit_job(self, job: Job, label: str = "") -> QueuedTurn:
+    def submit_job(self, job: Job, label: str = "", *, tag: object = None) -> QueuedTurn:
         """Queue any model work on the session (``%compact``, ``%capsule create``) behind the
-        running turn and the jobs already queued; it is cancelled exactly like a turn."""
+        running turn and the jobs already queued; it is cancelled exactly like a turn. ``tag``
+        is what :meth:`job_tag` says while it runs."""
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         token = CancelToken()
         with self._lock:
             if self._closed:
                 raise RuntimeError("the agent runtime is closed")
             position = len(self._queue) + (1 if self._current is not None else 0)
-            self._queue.append((job, future, token, label))
+            self._queue.append((job, future, token, label, tag))
             start = not self._running
             self._running = True
         if start:
@@ -96,8 +101,9 @@ class AgentRuntime:
                     self._running = False
                     self._current = None
                     self._current_job = None
+                    self._current_tag = None
                     return
-                job, future, token, label = self._queue.popleft()
+                job, future, token, label, self._current_tag = self._queue.popleft()
                 self._current = token
                 self._current_job = QueuedTurn(label, future, 0, token)
             if not future.set_running_or_notify_cancel():
@@ -135,7 +141,7 @@ class AgentRuntime:
         with self._lock:
             dropped = list(self._queue)
             self._queue.clear()
-        for _, future, _, _ in dropped:
+        for _, future, _, _, _ in dropped:
             future.cancel()
         self.cancel_current()
         return len(dropped)
@@ -147,7 +153,7 @@ class AgentRuntime:
             current = self._current_job
             dropped = list(self._queue)
             self._queue.clear()
-        for _, future, _, _ in dropped:
+        for _, future, _, _, _ in dropped:
             future.cancel()
         if current is None or current.future.done():
             return Stopped(None, dropped=len(dropped))
@@ -160,6 +166,14 @@ class AgentRuntime:
         except BaseException:  # it ended by raising (or was cancelled): it ended all the same
             result = None
         return Stopped(current.prompt, result, dropped=len(dropped))
+
+    def job_tag(self) -> object:
+        """The running job's ``tag``, when asked on the runtime's own thread (an event the job
+        emitted); ``None`` on any other thread, where an event belongs to no job."""
+        if threading.current_thread() is not self._thread:
+            return None
+        with self._lock:
+            return self._current_tag
 
     @property
     def busy(self) -> bool:

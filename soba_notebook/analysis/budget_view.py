@@ -151,7 +151,8 @@ def _from_session(snap: Snapshot, config: SobaConfig) -> list[_Row]:
             estimate = cap_cost + cum - start_cum + REPLY_PRIMING
             usage = entry.usage
             if usage is not None and usage.prompt_tokens > 0:
-                sent, source = usage.prompt_tokens, "provider_usage"
+                # the offline model's usage is SOBA's own count of the whole request: an estimate
+                sent, source = usage.prompt_tokens, "provider_usage" if usage.reported else "estimated"
             else:
                 sent, source = estimate, "estimated"
             row = _Row("inference", entry_id=entry.id, ts=entry.ts, effective=sent, after=sent, estimated=estimate,

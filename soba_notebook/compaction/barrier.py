@@ -41,7 +41,6 @@ from ..scrub import Scrubber
 from ..session.entries import Entry
 from ..session.model_input import ModelInputBuilder
 from ..session.payloads import (
-    BudgetPayload,
     BudgetSource,
     CapsuleData,
     CompactionEndPayload,
@@ -60,6 +59,7 @@ from .extract import deterministic_capsule, extract_facts
 from .grounding import ground
 from .kernel_section import KernelStateProvider, kernel_state_field, with_kernel_state
 from .planner import CompactionPlan, find_cut_point
+from .snapshot import BudgetSnapshot, SnapshotBox, compaction_of_capsule
 from .summarize import Summarizer, SummaryRequest
 from .triggers import (
     EXEMPT_FROM_SOFT_ROI,
@@ -163,6 +163,12 @@ class CompactionEngine:
                                      hard=config.hard_limit, soft=config.soft_limit, base_tokens=base_tokens,
                                      capsule_tokens=self.capsule_tokens, inputs=self.inputs)
         self.last_outcome: CompactionOutcome | None = None
+        #: what every display reads (compaction/snapshot.py): published here, on the engine's thread
+        self._published = SnapshotBox()
+        self._inference = 0
+        capsule = self.inputs.capsule  # a reopened session's last compaction is the capsule in force
+        self._last_done: CompactionEndPayload | None = compaction_of_capsule(capsule) if capsule else None
+        self._last_skip: CompactionEndPayload | None = None
         #: seconds between progress updates while a summary is generated
         self.progress_interval = 0.25
         #: the transcript's secret scrubber (JSON value -> JSON value), applied to every capsule
@@ -198,7 +204,24 @@ class CompactionEngine:
 
     # -- measurement -------------------------------------------------------------------------
     def measure(self) -> BudgetCheck:
+        """Measure the next request. Mutates the tracker: only on the thread that owns the engine."""
         return self.tracker.check()
+
+    def publish(self, check: BudgetCheck | None = None, inference: int | None = None) -> BudgetSnapshot:
+        """Measure (unless ``check`` is given), publish the snapshot every display reads, and emit
+        it as a ``budget`` event. On the engine's thread only, like :meth:`measure`."""
+        check = check or self.measure()
+        self._inference = self._inference if inference is None else inference
+        snapshot = BudgetSnapshot.of(self.store.id, self._inference, check, last_compaction=self._last_done,
+                                     skipped=self._last_skip,
+                                     pending_intents=tuple(i.trigger.value for i in self.intents.pending()))
+        self._published.publish(snapshot)
+        self.bus.emit("budget", **snapshot.event())
+        return snapshot
+
+    def snapshot(self) -> BudgetSnapshot | None:
+        """The latest published snapshot, from any thread (``None`` before the first)."""
+        return self._published.latest()
 
     def record_intent(self, trigger: Trigger | str, note: str = "") -> bool:
         return self.intents.record(trigger, self.config.compaction, note)
@@ -276,8 +299,8 @@ class CompactionEngine:
                 f"the next request needs {after.effective} tokens, over the hard limit {after.hard_limit}, and "
                 f"compaction ({outcome.outcome}: {outcome.reason or 'no reason given'}) could not bring it under; "
                 f"nothing was sent")
-        if outcome.outcome == "completed":
-            self._budget_record(after, turn)
+        if outcome.outcome == "completed" and self.flight is not None:  # published when it ended
+            self.flight.record("budget", {"inference": turn.inferences, **after.to_event()})
         return after
 
     async def compact(self, trigger: Trigger | str = Trigger.USER, *, instructions: str | None = None,
@@ -421,6 +444,7 @@ class CompactionEngine:
         if cancel.cancelled:
             return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
         checkpoint_id = "ck_" + secrets.token_hex(5)
+        after = self._measure_after(plan, capsule, quality, checkpoint_id)  # with its id: exactly what is sent
         data: CapsuleData = {
             "checkpointId": checkpoint_id, "firstKeptEntryId": plan.first_kept_entry_id,
             "trigger": trigger_name(trigger), "quality": quality,
@@ -438,7 +462,8 @@ class CompactionEngine:
                                 f"session leaf moved from {plan.leaf_id} to {self.store.leaf_id} while "
                                 f"compacting; no capsule appended", check, None, started)
         return self._finish(plan.operation_id, trigger, "completed", note, check, entry, started,
-                            tokens_after=after, quality=quality, checkpoint_id=checkpoint_id, ungrounded=ungrounded)
+                            tokens_after=self.measure().effective, quality=quality, checkpoint_id=checkpoint_id,
+                            ungrounded=ungrounded)
 
     def _shrink(self, plan: CompactionPlan, check: BudgetCheck) -> tuple[CompactionPlan, Capsule, Quality, str] | None:
         for fraction in (0.5, 0.0):
@@ -525,9 +550,10 @@ class CompactionEngine:
                 return done
             progress("summarize", 10 + 69 * min(1.0, (loop.time() - start) / timeout))
 
-    def _measure_after(self, plan: CompactionPlan, capsule: Capsule, quality: Quality) -> int:
+    def _measure_after(self, plan: CompactionPlan, capsule: Capsule, quality: Quality,
+                       checkpoint_id: str = "ck_0000000000") -> int:
         """Exact size of the continuation: base + rendered capsule + retained tail."""
-        text = with_kernel_state(render(capsule, checkpoint_id="ck_0000000000", quality=quality), self._kernel_now)
+        text = with_kernel_state(render(capsule, checkpoint_id=checkpoint_id, quality=quality), self._kernel_now)
         capsule_cost = self.counter.count_message({"role": "user", "content": text})
         tail = 0
         if plan.first_kept_entry_id is not None:
@@ -552,16 +578,20 @@ class CompactionEngine:
             self.bus.emit("compaction_progress", **CompactionProgressPayload(operation_id=operation_id, phase="done",
                                                                              percent=100))
         self.bus.emit("compaction_end", **result.to_event())
+        if outcome == "skipped":
+            self._last_skip = result.to_event()
+        else:
+            self._last_done, self._last_skip = result.to_event(), None
         if self.flight is not None:
             self.flight.record("compaction", {**result.to_event(), "hardLimit": check.hard_limit,
                                               "softLimit": check.soft_limit,
                                               "contextWindow": check.context_window,
                                               "ungroundedClaims": result.ungrounded_claims})
         self.last_outcome = result
+        self.publish()  # the next request as SOBA will send it: what every display shows from now on
         return result
 
     def _budget_record(self, check: BudgetCheck, turn: TurnState) -> None:
-        self.bus.emit("budget", **BudgetPayload(session_id=self.store.id, inference=turn.inferences,
-                                                **check.to_event()))
+        self.publish(check, turn.inferences)
         if self.flight is not None:
             self.flight.record("budget", {"inference": turn.inferences, **check.to_event()})

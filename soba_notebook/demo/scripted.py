@@ -4,7 +4,8 @@ It needs no network and no key, so tests, demos and a fresh install with no prov
 all have a model to talk to. It goes through the same interface as the real providers: it
 streams :class:`~soba_notebook.providers.base.StreamEvent` values (text deltas, tool-call starts
 and argument fragments, usage), reports realistic :class:`~soba_notebook.session.entries.Usage`
-(the request and the reply counted with the ``gpt-4o`` encoding), and raises
+(the request and the reply counted with the ``gpt-4o`` encoding, marked ``counted``: SOBA's count,
+so the budget never calls it ``provider_usage``), and raises
 :class:`~soba_notebook.errors.ContextOverflowError` when a request exceeds its ``context_window``,
 like a provider that refuses a request that is too long. It is always labelled as what it is
 (``label``, and a ``[offline scripted model]`` marker at the start of every turn's first reply
@@ -117,7 +118,8 @@ class ScriptedModel:
             step = await self._summarize(request)
         else:
             step = decide(request.messages, [t.name for t in request.tools] if request.tools else None)
-        usage = Usage(input=prompt_tokens, output=self.count_output(step.text, step.calls))
+        # counted, not reported: the budget calls what it builds on this an estimate
+        usage = Usage(input=prompt_tokens, output=self.count_output(step.text, step.calls), counted=True)
         await self._stream(step, usage, on_event or (lambda _event: None))
         return ModelResponse(text=step.text, tool_calls=step.calls, usage=usage,
                              stop_reason="stop" if step.final else "tool_use",

@@ -145,7 +145,8 @@ _STATUS_LABELS = (
     ("session", "session"), ("file", "transcript"), ("provider", "provider"), ("offline", "offline model"),
     ("busy", "busy"), ("queued", "turns queued"), ("entries", "entries"), ("effective", "context"),
     ("auto_compact", "auto-compaction"), ("pending_intents", "pending intents"), ("active_skills", "active skills"),
-    ("last_compaction", "last compaction"), ("last_turn", "last turn"), ("provider_notes", "model server"),
+    ("last_compaction", "last compaction"), ("skip_note", "skipped since"), ("last_turn", "last turn"),
+    ("provider_notes", "model server"),
 )
 
 
@@ -154,6 +155,8 @@ def _status_value(key: str, status: Mapping[str, Any]) -> str:
     if key == "effective":
         words = f"{format_tokens(value)} / {format_tokens(status.get('hard_limit'))} tokens"
         return words + f" (soft {format_tokens(status.get('soft_limit'))}, {status.get('source') or 'not measured'})"
+    if key == "skip_note":
+        return str(value) if value else "none"
     if key == "last_compaction":
         if not value:
             return "none yet"

@@ -1,10 +1,19 @@
 """One notebook's SOBA: the agent handle, its runtime thread, its budget display, its output.
 
-The magics are thin; this class does the work they share. A foreground turn is submitted to the
-runtime thread and the *kernel* thread waits, pulling the agent's events from a queue and
-rendering them into the running cell (so output lands in the right cell; :mod:`.live` says what,
-including the live line while the model is waited for), until the turn ends. ``%compact`` and
-the other queued jobs render their events the same way.
+The magics are thin; this class does the work they share. Every job (a turn, ``%compact``, a
+capsule summary) is submitted with an event queue of its own, and the runtime thread's events go
+to the queue of the job that emitted them (:meth:`AgentRuntime.job_tag`), so a cell shows only its
+own job, whatever runs before or after it. A foreground turn's *kernel* thread waits, pulling its
+events and rendering them into the running cell (:mod:`.live` says what, including the live line
+while the model is waited for), until the turn ends; ``%compact`` and the other queued jobs
+render the same way. A background turn (``%%soba --background``) makes one display in its own
+cell before the cell returns, and a thread of its own renders the turn into that display,
+updated in place (:mod:`.board`), while the kernel runs other cells.
+
+What the budget says comes from one place: the snapshot the engine publishes on the agent's
+thread (``compaction/snapshot.py``). :meth:`NotebookSession.budget_snapshot` has the agent's
+thread measure and publish it when no job runs, and otherwise reads the one the running job
+published last; the kernel thread never measures while the agent's thread owns the engine.
 A kernel interrupt while waiting cancels the turn through the agent's cancel signal and waits
 for the transcript to be consistent again; the cell then says so, in a note and its static
 summary, in HTML and in text/plain (see :func:`cellview.stopped_turn`).
@@ -19,8 +28,10 @@ when asked; switching sessions while a turn runs cancels that turn and waits for
 from __future__ import annotations
 
 import concurrent.futures
+import contextvars
 import os
 import queue
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -28,14 +39,16 @@ from typing import Any
 
 from ..agent import AgentHandle, AgentRuntime, TurnResult, open_agent
 from ..agent.kernel_state import tracker_for
+from ..agent.runtime import QueuedTurn
 from ..cancel import CancelToken
+from ..compaction.snapshot import BudgetSnapshot
 from ..config import ConfigEdit, SobaConfig, config_edit, load_config
 from ..errors import ConfigError
 from ..events import Event, EventBus
-from ..session.payloads import BudgetPayload
 from . import cellview
+from .board import CellBoard
 from .cell_history import CellHistory, note_text
-from .display import Frontend, budget_line, detect_frontend
+from .display import CompactionSummary, Frontend, budget_line, detect_frontend, skip_text
 from .live import CellRenderer
 
 __all__ = ["OFFLINE_NOTICE", "NotebookSession"]
@@ -85,7 +98,6 @@ class NotebookSession:
         self.runtime: AgentRuntime | None = None
         self.bus: EventBus | None = None
         self.display: Any = None
-        self._events: queue.Queue[Event] = queue.Queue()
         self._unsubscribe: Callable[[], None] | None = None
         self.last_result: TurnResult | None = None
         self.notices: list[str] = []
@@ -118,10 +130,11 @@ class NotebookSession:
             self._stop_before_switching(handle.store.id)
         self.close()
         self.bus = bus
-        self._unsubscribe = self.bus.subscribe(self._events.put)
         self.handle = handle
         self.runtime = AgentRuntime(self.handle.agent)
+        self._unsubscribe = self.bus.subscribe(_router(self.runtime))
         self._connect_kernel(self.handle)
+        self.budget_snapshot()  # the session's budget as it stands, before any display asks
         if len(self.handle.store) == 0:
             self._offer_memory()
         if self.handle.offline and OFFLINE_NOTICE not in self.notices:
@@ -217,10 +230,9 @@ class NotebookSession:
         assert self.bus is not None
         fresh = self.display is None
         self.display = attach_budget_display(self.bus, handle.store.id, frontend=self.frontend, show=False)
-        if fresh:
-            # seed the display with the current budget so it is right before the first inference
-            check = handle.agent.engine.measure()
-            self.bus.emit("budget", **BudgetPayload(session_id=handle.store.id, inference=0, **check.to_event()))
+        snapshot = self.budget_snapshot()  # idle: measured now on the agent's thread, and shown by the bus
+        if fresh and snapshot is not None and self.runtime is not None and self.runtime.busy:
+            self.bus.emit("budget", **snapshot.event())  # what the running job published last, read only
         if hasattr(self.display, "flush"):
             self.display.flush()  # the state a saved notebook keeps is never an older one
         if show and self.frontend != "terminal":
@@ -244,24 +256,23 @@ class NotebookSession:
         # static summary of its own turn instead (cellview.cell_summary).
         fresh = self.display is None
         self.show_budget(show=fresh and self.frontend != "terminal", side=handle.agent.config.ui.side_panel)
-        self._drain_events()
         if not self.runtime.busy:
             self.apply_config_edits()
-        queued = self.runtime.submit(prompt)
+        events: queue.Queue[Event] = queue.Queue()  # this turn's events only (see _router)
+        queued = self.runtime.submit(prompt, tag=events)
         if queued.position:
             print(f"queued: {queued.position} turn(s) ahead of this one; it runs when they finish")
         if background:
             print(f"running in the background on session {handle.store.id}; `%soba status` to check, "
                   f"`%soba stop` to cancel")
-            queued.future.add_done_callback(lambda f: setattr(self, "last_result", f.result())
-                                            if not f.cancelled() and f.exception() is None else None)
+            self._render_in_background(queued, events)
             return None
         renderer = CellRenderer(self.frontend)
         deadline = time.monotonic() + timeout if timeout else None
         try:
-            while not queued.future.done() or not self._events.empty():
+            while not queued.future.done() or not events.empty():
                 try:
-                    event = self._events.get(timeout=0.05)
+                    event = events.get(timeout=0.05)
                 except queue.Empty:
                     if deadline and time.monotonic() > deadline:
                         raise TimeoutError(f"the turn did not finish within {timeout}s") from None
@@ -275,8 +286,7 @@ class NotebookSession:
                 cellview.show(cellview.stopped_turn(None), self.frontend)
                 return None
             result = queued.future.result()
-            while not self._events.empty():  # the turn's last events (its end, a cancelled compaction)
-                renderer.handle(self._events.get_nowait())
+            _drain(events, renderer)  # the turn's last events (its end, a cancelled compaction)
             renderer.finish(cellview.stopped_turn(result.outcome, renderer.compactions))
             self.last_result = result
             self.end_cell(renderer.compactions, what="cancelled turn" if result.outcome == "cancelled" else "turn")
@@ -286,6 +296,47 @@ class NotebookSession:
         self.end_cell(renderer.compactions, renderer=renderer)
         self._show_provider_notes()
         return result
+
+    def _render_in_background(self, queued: QueuedTurn, events: queue.Queue[Event]) -> threading.Thread:
+        """Render a background turn into the cell that started it, from a thread of its own.
+
+        In a notebook the board's one display is made now, while this cell runs; the thread
+        updates it in place (:mod:`.board`) and runs in this cell's context, so anything it
+        prints is this cell's too. In a terminal the turn prints as it goes."""
+        board = CellBoard() if self.frontend != "terminal" else None
+        renderer = CellRenderer(self.frontend, display=board.display if board is not None else None)
+        thread = threading.Thread(target=contextvars.copy_context().run,
+                                  args=(self._follow, queued, events, renderer, board),
+                                  name="soba-background-cell", daemon=True)
+        thread.start()
+        return thread
+
+    def _follow(self, queued: QueuedTurn, events: queue.Queue[Event], renderer: CellRenderer,
+                board: CellBoard | None) -> None:
+        """The background turn's events into ``renderer`` until it ends, then its summary."""
+        while not queued.future.done() or not events.empty():
+            try:
+                renderer.handle(events.get(timeout=0.1))
+            except queue.Empty:
+                renderer.tick()
+            if board is not None:
+                board.tick()
+        try:
+            result: TurnResult | None = queued.future.result()
+        except BaseException:  # withdrawn before it started (or raised): nothing of it ran here
+            result = None
+        if result is not None:
+            self.last_result = result
+        if result is None or result.outcome == "cancelled":
+            renderer.finish(cellview.stopped_turn(result.outcome if result else None, renderer.compactions))
+        elif result.outcome == "failed":
+            renderer.finish(cellview.note(f"the turn failed: {result.error}", title="Turn failed"))
+        elif result.outcome == "stopped" and result.error:
+            renderer.finish(cellview.note(result.error, title="Turn stopped"))
+        self.end_cell(renderer.compactions, renderer=renderer,
+                      what="cancelled turn" if result is not None and result.outcome == "cancelled" else "turn")
+        if board is not None:
+            board.flush()
 
     def _show_provider_notes(self) -> None:
         """What the provider learned about its server that the user should act on (a context
@@ -314,24 +365,6 @@ class NotebookSession:
         elif summary is not None:
             cellview.show(summary, self.frontend)
 
-    def _drain_events(self, renderer: CellRenderer | None = None,
-                      shown: Callable[[Event], bool] = lambda _event: True) -> list[dict[str, Any]]:
-        """Empty the event queue (the ``shown`` ones into ``renderer``, when given); returns the
-        ``compaction_end`` payloads it held."""
-        ends: list[dict[str, Any]] = []
-        while not self._events.empty():
-            try:
-                event = self._events.get_nowait()
-            except queue.Empty:
-                break
-            if renderer is not None and shown(event):
-                renderer.handle(event)
-            if event.type == "compaction_end":
-                ends.append(dict(event.data))
-        if renderer is not None:
-            renderer.tick()
-        return ends
-
     def run_job(self, job: Callable[[CancelToken], Awaitable[Any]], label: str, *,
                 timeout: float | None = None, summary: str | None = None) -> Any:
         """Run model work other than a turn (``%compact``, ``%capsule create``) and wait for it.
@@ -342,23 +375,20 @@ class NotebookSession:
         it like a turn: its cancel token is set (the summary request is aborted and nothing is
         appended), or, if it has not started yet, it is dropped from the queue and ``None`` is
         returned. With ``summary`` the cell ends with the widget flushed and a static summary
-        (see :meth:`end_cell`).
+        (see :meth:`end_cell`). The cell shows only this job's events, never those of a turn
+        running ahead of it.
         """
         self.ensure()
         assert self.runtime is not None
-        queued = self.runtime.submit_job(job, label)
+        events: queue.Queue[Event] = queue.Queue()
+        queued = self.runtime.submit_job(job, label, tag=events)
         if queued.position:
             print(f"queued: {queued.position} job(s) ahead of this {label}; it runs when they finish")
         deadline = time.monotonic() + timeout if timeout else None
         renderer = CellRenderer(self.frontend)  # the job's compaction progress, in this cell
-
-        def shown(event: Event) -> bool:  # not the events of a turn still running ahead of the job
-            return event.type.startswith("compaction_") and (queued.future.running() or queued.future.done())
-
-        ends: list[dict[str, Any]] = []
         try:
             while True:
-                ends += self._drain_events(renderer, shown)
+                _drain(events, renderer)
                 try:
                     return queued.future.result(timeout=0.05)
                 except concurrent.futures.TimeoutError:
@@ -374,9 +404,9 @@ class NotebookSession:
                 return None
             return queued.future.result()
         finally:
-            ends += self._drain_events(renderer, shown)
+            _drain(events, renderer)
             if summary is not None:
-                self.end_cell(ends, what=summary, renderer=renderer)
+                self.end_cell(renderer.compactions, what=summary, renderer=renderer)
             else:
                 renderer.finish()
 
@@ -385,20 +415,40 @@ class NotebookSession:
         """Run a coroutine function on the agent's loop, serialized with turns (see ``run_job``)."""
         return self.run_job(lambda _token: fn(), "call", timeout=timeout, summary=summary)
 
+    def budget_snapshot(self) -> BudgetSnapshot | None:
+        """The budget every display reads (module docstring): with no job running, measured and
+        published now on the agent's thread (so it is current, and the widget shows it too);
+        while one runs, the snapshot it published last. ``None`` before a session is open."""
+        if self.handle is None or self.runtime is None:
+            return None
+        engine = self.handle.agent.engine
+        if self.runtime.busy:
+            return engine.snapshot()
+
+        async def publish() -> BudgetSnapshot:
+            return engine.publish()
+
+        # only this (the kernel) thread submits jobs, so none starts before this returns
+        return self.runtime.call(publish)
+
     def status(self) -> dict[str, Any]:
         handle = self.ensure()
         assert self.runtime is not None
-        check = handle.agent.engine.measure()
-        last = handle.agent.engine.last_outcome
+        snapshot = self.budget_snapshot()
+        last = snapshot.last_compaction if snapshot is not None else None
+        skipped = snapshot.skipped if snapshot is not None else None
         return {
             "session": handle.store.id, "file": str(handle.store.file), "provider": handle.agent.provider.label,
             "offline": handle.offline, "busy": self.runtime.busy, "queued": self.runtime.queued,
-            "entries": len(handle.store), "effective": check.effective, "hard_limit": check.hard_limit,
-            "soft_limit": check.soft_limit, "source": check.source,
+            "entries": len(handle.store), "effective": snapshot.effective if snapshot else None,
+            "hard_limit": snapshot.hard_limit if snapshot else None,
+            "soft_limit": snapshot.soft_limit if snapshot else None,
+            "source": snapshot.source if snapshot else None,
             "auto_compact": handle.agent.config.compaction.auto,
-            "pending_intents": [i.trigger.value for i in handle.agent.engine.intents.pending()],
+            "pending_intents": list(snapshot.pending_intents) if snapshot else [],
             "active_skills": list(handle.agent.skills.active()),
-            "last_compaction": last.to_event() if last else None,
+            "last_compaction": dict(last) if last is not None else None,
+            "skip_note": skip_text(CompactionSummary.from_event(skipped)) if skipped is not None else None,
             "last_turn": self.last_result.outcome if self.last_result else None,
             "provider_notes": list(getattr(handle.agent.provider, "warnings", ())),
         }
@@ -430,3 +480,25 @@ class NotebookSession:
         if self.handle is not None:
             self.handle.agent.set_config(config)
         return config
+
+
+def _drain(events: queue.Queue[Event], renderer: CellRenderer) -> None:
+    """Render the events ``events`` holds now, then advance the live line."""
+    while True:
+        try:
+            event = events.get_nowait()
+        except queue.Empty:
+            break
+        renderer.handle(event)
+    renderer.tick()
+
+
+def _router(runtime: AgentRuntime) -> Callable[[Event], None]:
+    """The bus subscriber that sends each event to the queue of the job that emitted it (its
+    ``tag``); an event emitted outside a job (a budget shown while idle) goes to no cell."""
+    def route(event: Event) -> None:
+        tag = runtime.job_tag()
+        if isinstance(tag, queue.Queue):
+            tag.put(event)
+
+    return route

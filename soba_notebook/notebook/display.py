@@ -202,7 +202,9 @@ class BudgetState:
       progress for another operation id is ignored;
     * ``last_compaction``: the last compaction that did something (completed, or failed, cancelled,
       stale); it persists after the compaction ended. A *skipped* compaction (nothing safe to
-      summarize yet) never replaces it: it only sets ``skip_note``, a quiet plain-words line;
+      summarize yet) never replaces it: it only sets ``skip_note``, a quiet plain-words line. A
+      ``budget`` event from the engine's snapshot carries both (``last_compaction``, ``skipped``),
+      so a display opened on a reopened session shows its last compaction too;
     * ``compactions``: the last :data:`STRIP_LIMIT` completed compactions (the history strip);
     * the last :data:`HISTORY_LIMIT` effective-token points, one per inference (a later ``budget``
       for the same inference replaces its point);
@@ -267,6 +269,7 @@ class BudgetState:
         self.source = _as_str(data.get("source")) or self.source
         inference = _as_int(data.get("inference"))
         self.inference = inference if inference is not None else self.inference
+        self._take_compaction_lines(data)
         effective = _as_int(data.get("effective"))
         if effective is None:
             return
@@ -276,6 +279,17 @@ class BudgetState:
             self._history[-1] = point
         else:
             self._history.append(point)
+
+    def _take_compaction_lines(self, data: Mapping[str, Any]) -> None:
+        """The engine's snapshot says which compaction is the last one (a reopened session's comes
+        from its capsule) and whether one was skipped since: the same lines ``%soba status`` reads."""
+        if "last_compaction" in data:
+            last = data["last_compaction"]
+            self.last_compaction = CompactionSummary.from_event(last, hard_limit=self.hard) \
+                if isinstance(last, Mapping) else None
+        if "skipped" in data:
+            skipped = data["skipped"]
+            self.skip_note = skip_text(CompactionSummary.from_event(skipped)) if isinstance(skipped, Mapping) else None
 
     def _on_compaction_start(self, data: Mapping[str, Any]) -> None:
         self.phase = "compacting"

@@ -69,9 +69,9 @@ def _rewind(s: NotebookSession, args: Parsed) -> None:
         raise UsageError("a turn is running; %soba stop it before rewinding")
     handle.store.rewind(entry_id)
     handle.agent.engine.tracker.invalidate()
-    check = handle.agent.engine.measure()
-    print(f"leaf moved to {entry_id}; the next request holds {check.effective:,} tokens "
-          f"(the transcript keeps every entry)")
+    snapshot = s.budget_snapshot()  # no job runs: measured on the agent's thread, and the widget shows it
+    held = f"{snapshot.effective:,} tokens" if snapshot is not None else "an unmeasured number of tokens"
+    print(f"leaf moved to {entry_id}; the next request holds {held} (the transcript keeps every entry)")
 
 
 def _stop(s: NotebookSession, args: Parsed) -> None:

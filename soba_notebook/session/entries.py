@@ -90,20 +90,31 @@ class Usage:
     ``input`` excludes cached tokens; the prompt the provider saw is
     ``input + cache_read + cache_write`` (this is how pi and Anthropic report it; OpenAI-style
     providers report cached tokens inside ``prompt_tokens`` and are normalized on the way in).
+    ``counted``: no provider reported it, SOBA counted it (the offline scripted model has no
+    tokenizer of its own), so a budget built on it is an estimate, never ``provider_usage``.
     """
 
     input: int = 0
     output: int = 0
     cache_read: int = 0
     cache_write: int = 0
+    counted: bool = False
 
     @property
     def prompt_tokens(self) -> int:
         return self.input + self.cache_read + self.cache_write
 
+    @property
+    def reported(self) -> bool:
+        """A provider reported a prompt size (not counted by SOBA, not zero)."""
+        return not self.counted and self.prompt_tokens > 0
+
     def to_json(self) -> dict[str, int]:
-        return {"input": self.input, "output": self.output, "cacheRead": self.cache_read,
-                "cacheWrite": self.cache_write}
+        out = {"input": self.input, "output": self.output, "cacheRead": self.cache_read,
+               "cacheWrite": self.cache_write}
+        if self.counted:
+            out["counted"] = True
+        return out
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any] | None) -> Usage | None:
@@ -114,7 +125,7 @@ class Usage:
             value = raw.get(key, 0)
             return int(value) if isinstance(value, int | float) and value >= 0 else 0
 
-        return cls(num("input"), num("output"), num("cacheRead"), num("cacheWrite"))
+        return cls(num("input"), num("output"), num("cacheRead"), num("cacheWrite"), raw.get("counted") is True)
 
 
 @dataclass(frozen=True, slots=True)

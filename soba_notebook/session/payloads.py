@@ -19,7 +19,7 @@ because they speak the session's vocabulary.
 
 # No ``from __future__ import annotations``: Required[...] must be evaluated when a class is made,
 # or the runtime's ``__required_keys__`` (which the tests read) would be empty.
-from typing import TYPE_CHECKING, Any, Literal, Required, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, Required, TypedDict, cast
 
 if TYPE_CHECKING:
     from .entries import Entry
@@ -242,10 +242,15 @@ class BudgetFields(TypedDict):
 
 
 class BudgetPayload(BudgetFields):
-    """``budget``: before every inference (``inference``: its number in the turn, 0 when shown idle)."""
+    """``budget``: before every inference (``inference``: its number in the turn, 0 when shown idle),
+    after every compaction, and when a display asks while no turn runs. The engine's published
+    snapshot (``compaction/snapshot.py``) adds the last compaction that did something and a
+    skipped one after it, so every display shows the same lines as ``%soba status``."""
 
     session_id: str
     inference: int
+    last_compaction: NotRequired["CompactionEndPayload | None"]
+    skipped: NotRequired["CompactionEndPayload | None"]
 
 
 class CompactionStartPayload(TypedDict, total=False):
