@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..errors import SessionError
 from ..session.entries import Entry
-from ..session.payloads import Quality, leaf_data
+from ..session.payloads import BudgetSource, Outcome, Quality, TriggerName, leaf_data
 from ..session.store import SessionStore
 from ..tokens import TokenCounter
 
@@ -56,11 +56,11 @@ __all__ = [
 SessionLike = str | os.PathLike[str] | SessionStore
 
 #: Fixed categories, so frames of different sessions concatenate without losing the dtype.
-TRIGGER_CATEGORIES = ("hard_limit", "milestone", "plan_pivot", "turn_complete", "auto_threshold", "user",
-                      "context_overflow")
-OUTCOME_CATEGORIES = ("completed", "skipped", "cancelled", "stale", "failed")
+#: Each is its Literal's values (session/payloads.py), in the Literal's order.
+TRIGGER_CATEGORIES: tuple[str, ...] = get_args(TriggerName)
+OUTCOME_CATEGORIES: tuple[str, ...] = get_args(Outcome)
 QUALITY_CATEGORIES: tuple[str, ...] = get_args(Quality)
-SOURCE_CATEGORIES = ("provider_usage", "estimated")
+SOURCE_CATEGORIES: tuple[str, ...] = get_args(BudgetSource)
 
 _T = TypeVar("_T")
 

@@ -29,7 +29,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, get_args
 
 from ..budget import BudgetCheck, BudgetTracker
 from ..cancel import CancelToken
@@ -77,7 +77,8 @@ from .triggers import (
 
 __all__ = ["OUTCOMES", "CompactionEngine", "CompactionOutcome", "capsule_message", "capsule_of"]
 
-OUTCOMES = ("completed", "skipped", "cancelled", "stale", "failed")
+#: How a compaction operation ends (the ``Outcome`` Literal's values).
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from .entries import Entry
 from .payloads import capsule_data
 
 __all__ = ["ModelContext", "build_context", "capsule_is_usable", "context_key", "context_start",
-           "latest_capsule_index", "pair_problems"]
+           "first_kept_index", "latest_capsule_index", "pair_problems"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,23 +76,33 @@ def context_key(capsule: Entry | None) -> str:
 def context_start(path: Sequence[Entry]) -> tuple[int, Entry | None]:
     """Where the model input begins on ``path``, and the capsule in force (None: the root).
 
-    The one place that resolves a capsule's ``firstKeptEntryId``; the context builder and the
-    compaction planner both ask it, so they can never disagree about what the model sees.
+    The context builder and the compaction planner both ask it, so they can never disagree about
+    what the model sees.
     """
     cap_i = latest_capsule_index(path)
     if cap_i is None:
         return 0, None
-    capsule = path[cap_i]
+    return first_kept_index(path, cap_i, warn=True), path[cap_i]
+
+
+def first_kept_index(path: Sequence[Entry], capsule_index: int, *, warn: bool = False) -> int:
+    """Where the verbatim tail of the capsule at ``capsule_index`` starts on ``path``.
+
+    The one place that resolves a capsule's ``firstKeptEntryId`` (the model input, the planner and
+    the analysis views ask it): the index of that entry before the capsule, or just after the
+    capsule when it keeps none or names an entry not on the path (``warn``: say so).
+    """
+    capsule = path[capsule_index]
     first_kept = capsule_data(capsule).get("firstKeptEntryId")
     if isinstance(first_kept, str):
-        for i in range(cap_i - 1, -1, -1):
+        for i in range(capsule_index - 1, -1, -1):
             if path[i].id == first_kept:
-                return i, capsule
-        # A hand-edited or damaged transcript: say so rather than shrink the input quietly.
-        warnings.warn(f"capsule {capsule.id}: firstKeptEntryId {first_kept!r} is not on the path to the "
-                      f"leaf; the model input starts after the capsule (the transcript keeps every entry)",
-                      SessionWarning, stacklevel=3)
-    return cap_i + 1, capsule
+                return i
+        if warn:  # a hand-edited or damaged transcript: say so rather than shrink the input quietly
+            warnings.warn(f"capsule {capsule.id}: firstKeptEntryId {first_kept!r} is not on the path to the "
+                          f"leaf; the model input starts after the capsule (the transcript keeps every entry)",
+                          SessionWarning, stacklevel=4)
+    return capsule_index + 1
 
 
 def build_context(path: Sequence[Entry]) -> ModelContext:
