@@ -380,11 +380,6 @@ class NotebookSession:
             else:
                 renderer.finish()
 
-    def call(self, fn: Callable[[], Awaitable[Any]], timeout: float | None = None, *,
-             summary: str | None = None) -> Any:
-        """Run a coroutine function on the agent's loop, serialized with turns (see ``run_job``)."""
-        return self.run_job(lambda _token: fn(), "call", timeout=timeout, summary=summary)
-
     def status(self) -> dict[str, Any]:
         handle = self.ensure()
         assert self.runtime is not None

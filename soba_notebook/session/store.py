@@ -83,7 +83,6 @@ class SessionStore:
         self._by_id: dict[str, Entry] = {}
         self._leaf: str | None = None
         self._path_ids: list[str] | None = []
-        self._path_pos: dict[str, int] = {}
         self._offset = 0  # bytes consumed: always just after a newline (or 0)
         self._line_no = 0
         self._needs_newline = False  # a torn tail was skipped; next write starts a fresh line
@@ -252,7 +251,6 @@ class SessionStore:
             return True
         path = self._path_ids
         if path is not None and parent == self._leaf:
-            self._path_pos[eid] = len(path)
             path.append(eid)
         else:
             self._path_ids = None  # recomputed lazily
@@ -337,16 +335,10 @@ class SessionStore:
         """
         return self._current_path()
 
-    def path_position(self, entry_id: str) -> int | None:
-        """Index of ``entry_id`` on the current path, or None when it is on another branch."""
-        self._current_path()
-        return self._path_pos.get(entry_id)
-
     def _current_path(self) -> list[str]:
         if self._path_ids is None:
             ids = self._walk(self._leaf) if self._leaf else []
             self._path_ids = ids
-            self._path_pos = {eid: i for i, eid in enumerate(ids)}
         return self._path_ids
 
     def _walk(self, leaf_id: str) -> list[str]:
