@@ -45,7 +45,7 @@ from ..errors import SessionError, SessionHeldError, SessionLockedError, Session
 from ..locking import lock_exclusive, lock_shared, unlock
 from ..surrogates import clean_surrogates
 from .entries import Entry, new_id, now_iso
-from .jsonl import FORMAT_VERSION, parse_header, parse_lines, quarantine
+from .jsonl import FORMAT_VERSION, open_session_file, parse_header, parse_lines, quarantine
 from .lease import WriterLease
 from .payloads import leaf_data
 
@@ -127,7 +127,7 @@ class SessionStore:
         """Open an existing session file, reporting (not raising) skipped or repaired lines."""
         file = Path(path)
         try:
-            fh = _open_regular(file)
+            fh = open_session_file(file)
         except FileNotFoundError:
             raise SessionError(f"{file}: no such session file") from None
         except OSError as exc:
@@ -572,17 +572,6 @@ class BatchEntryError(SessionError):
         super().__init__(message)
         self.index = index
 
-def _open_regular(file: Path) -> Any:
-    """``file`` opened for reading, refused unless it is a regular file: a FIFO would hang the kernel."""
-    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise SessionError(f"{file}: not a regular file (a FIFO, socket or device); a session is a .jsonl file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
-
-
 def list_sessions(directory: str | os.PathLike[str]) -> list[SessionInfo]:
     """Sessions in ``directory``, newest first, reading only each file's header line."""
     directory = Path(directory)
@@ -594,7 +583,7 @@ def list_sessions(directory: str | os.PathLike[str]) -> list[SessionInfo]:
             if not stat.S_ISREG(file.lstat().st_mode):
                 warnings.warn(f"{file}: not a regular file; not listed as a session", SessionWarning, stacklevel=2)
                 continue
-            with _open_regular(file) as fh:
+            with open_session_file(file) as fh:
                 header = json.loads(fh.readline() or b"null")
             st = file.stat()
         except (OSError, ValueError, RecursionError, SessionError):
