@@ -474,6 +474,15 @@ class Agent:
                         written.append(e.id or "")
                 break
 
+    async def aclose(self) -> None:
+        """Close the model provider and, when it is another one (``model.compactionModel``), the
+        summary provider: their HTTP clients. Call it on the loop that ran the requests."""
+        others = [self.summary_provider] if self.summary_provider is not self.provider else []
+        for provider in (self.provider, *others):
+            with_aclose = getattr(provider, "aclose", None)
+            if with_aclose is not None:
+                await with_aclose()
+
     async def _summary_complete(self, call: SummaryCall) -> str:
         model = self.config.model.compaction_model or self.config.model.model
         previous = call.previous.to_json() if call.previous is not None else None

@@ -173,13 +173,8 @@ class AgentRuntime:
             self._closed = True
         self.stop("the session was closed", timeout)  # never abandon a running tool call
 
-        async def shutdown() -> None:
-            with_aclose = getattr(self.agent.provider, "aclose", None)
-            if with_aclose is not None:
-                await with_aclose()
-
-        try:
-            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout)
+        try:  # the providers' HTTP clients belong to this loop: closed on it
+            asyncio.run_coroutine_threadsafe(self.agent.aclose(), self._loop).result(timeout)
         except Exception:  # closing is best effort; the thread is a daemon
             pass
         self._loop.call_soon_threadsafe(self._loop.stop)

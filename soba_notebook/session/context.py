@@ -7,7 +7,9 @@ checkpoints, config changes, unknown types from newer versions) are skipped.
 
 from __future__ import annotations
 
+import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,8 +37,12 @@ class ModelContext:
         return [e.message for e in self.messages]
 
 
-#: capsule entry object -> whether its state is a valid capsule (checked once per entry object)
-_CAPSULE_OK: dict[int, tuple[Entry, bool]] = {}
+#: capsule entry object -> whether its state is a valid capsule, for the most recently checked
+#: :data:`CAPSULE_CHECKS_KEPT` entries (the entry is held so its id cannot be reused meanwhile);
+#: beyond that the oldest is forgotten and would be checked again
+_CAPSULE_OK: OrderedDict[int, tuple[Entry, bool]] = OrderedDict()
+_CAPSULE_OK_LOCK = threading.Lock()
+CAPSULE_CHECKS_KEPT = 256
 
 
 def capsule_is_usable(entry: Entry) -> bool:
@@ -46,9 +52,11 @@ def capsule_is_usable(entry: Entry) -> bool:
     capsule before it (or the root) is in force again, so the budget grows and the engine
     compacts again, instead of every later turn failing on it.
     """
-    cached = _CAPSULE_OK.get(id(entry))
-    if cached is not None and cached[0] is entry:
-        return cached[1]
+    with _CAPSULE_OK_LOCK:
+        cached = _CAPSULE_OK.get(id(entry))
+        if cached is not None and cached[0] is entry:
+            _CAPSULE_OK.move_to_end(id(entry))
+            return cached[1]
     try:
         problems = validate_capsule_json(capsule_data(entry).get("state"))
     except RecursionError:
@@ -57,7 +65,11 @@ def capsule_is_usable(entry: Entry) -> bool:
         where = f"line {entry.line}: " if entry.line else ""
         warnings.warn(f"{where}capsule entry {entry.id} is invalid ({'; '.join(problems[:3])}); it is skipped for "
                       f"model input and the session compacts again when needed", SessionWarning, stacklevel=3)
-    _CAPSULE_OK[id(entry)] = (entry, not problems)
+    with _CAPSULE_OK_LOCK:
+        _CAPSULE_OK[id(entry)] = (entry, not problems)
+        _CAPSULE_OK.move_to_end(id(entry))
+        while len(_CAPSULE_OK) > CAPSULE_CHECKS_KEPT:
+            _CAPSULE_OK.popitem(last=False)
     return not problems
 
 
