@@ -560,7 +560,7 @@ class SessionStore:
             try:
                 yield
             finally:
-                unlock(fd)  # before closing: Windows releases a closed handle's locks only eventually
+                unlock(fd)
         finally:
             os.close(fd)
 
