@@ -52,7 +52,7 @@ class FlightRecorder:
                     try:
                         os.write(fd, line)
                     finally:
-                        unlock(fd)  # before closing: Windows releases a closed handle's locks only eventually
+                        unlock(fd)
                 finally:
                     os.close(fd)
             except OSError as exc:  # diagnostics must never fail a turn; say so once per recorder

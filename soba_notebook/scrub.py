@@ -35,7 +35,6 @@ __all__ = [
     "Scrubber",
     "mark_tokens",
     "marker",
-    "scrub_text",
     "secret_variables",
 ]
 
@@ -154,8 +153,3 @@ class Scrubber:
         if isinstance(value, list | tuple):
             return [self.json(v) for v in value]
         return value
-
-
-def scrub_text(text: str, environ: Mapping[str, str] | None = None) -> str:
-    """``text`` with every environment secret and token shape replaced by its marker."""
-    return Scrubber.from_environ(environ).text(text)

@@ -1,4 +1,5 @@
-"""Small modules and short functions (the house rules of the brief and of issue 10), kept by CI.
+"""Small modules and short functions (the house rules of the brief and of issue 10), kept by CI,
+and no module reaching into another's private names.
 
 Every module of ``soba_notebook/`` stays at or under :data:`MAX_MODULE_LINES` lines, and every
 function (methods and nested functions too) in the subpackages that hold the core decisions,
@@ -50,6 +51,22 @@ def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
     return out
 
 
+def private_imports(root: Path) -> list[str]:
+    """``path:line name`` for every ``from x import _name``: a module split only to meet the line cap
+    shows as one half importing the other's private names (issue 21 item 14)."""
+    out = []
+    for path in _modules(root):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.ImportFrom):
+                out.extend(f"{_shown(path)}:{node.lineno} {a.name}" for a in node.names
+                           if a.name.startswith("_") and not a.name.startswith("__"))
+    return out
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    assert private_imports(PACKAGE) == [], "split along a seam: make the name part of the module's interface"
+
+
 def test_no_module_in_the_package_passes_600_lines() -> None:
     assert long_modules(PACKAGE) == [], "split these modules along their ideas"
 
@@ -69,3 +86,5 @@ def test_the_shape_checks_see_a_long_module_and_a_long_function(tmp_path: Path) 
     (package / "funcs.py").write_text(f"def fits():\n{body}\n\nasync def too_long():\n{body}    return 1\n")
     assert long_modules(package) == ["too_long.py: 601 lines"]
     assert long_functions(package) == [f"funcs.py:{MAX_FUNCTION_LINES + 3} too_long: 81 lines"]
+    (package / "half.py").write_text("from .at_limit import _helper, __version__, public\n")
+    assert private_imports(package) == ["half.py:1 _helper"]

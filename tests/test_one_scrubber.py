@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agent_support import make_agent
+from compaction_support import FakeSummarizer, capsules, fill, make_engine, small_config
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 
 from soba_notebook.agent.tools import ToolContext, default_tools
+from soba_notebook.compaction import Capsule, TurnState
 from soba_notebook.flight import FlightRecorder
 from soba_notebook.providers.failures import redact
-from soba_notebook.scrub import Scrubber
 
 LATE = "late-" + "7c1e9a4b2d8f6e3a5b0c"
 
@@ -56,9 +58,25 @@ def test_flight_records_are_scrubbed(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert LATE not in text and "[REDACTED:DB_PASSWORD]" in text and "[REDACTED:bearer_token]" in text
 
 
-def test_provider_errors_use_the_same_scrubber_as_every_file(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_provider_errors_scrub_environment_secrets_token_shapes_and_the_given_keys(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_SERVICE_TOKEN", LATE)
     message = f"upstream echoed {LATE} and key sk-proj-abcdefghijklmnop1234 and given-key-0123"
-    assert redact(message, ("given-key-0123",)) == Scrubber.from_environ(extra_values=["given-key-0123"]).text(message)
     out = redact(message, ("given-key-0123",))
     assert LATE not in out and "sk-proj" not in out and "given-key" not in out
+    assert "[REDACTED:MY_SERVICE_TOKEN]" in out and "[REDACTED:openai_key]" in out
+
+
+def test_a_capsule_passes_the_scrubber_once_as_it_is_appended_and_keeps_no_secret(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_SERVICE_TOKEN", LATE)
+    summary = Capsule(goal=f"deploy with {LATE}", next_steps=(f"rotate {LATE}",))
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), FakeSummarizer(answer=lambda _: summary))
+    scrubbed: list[Any] = []
+    default = engine.scrub
+    engine.scrub = lambda value: scrubbed.append(value) or default(value)
+    fill(store, 14000)
+    asyncio.run(engine.preflight(TurnState()))
+    (cap,) = capsules(store)
+    assert len(scrubbed) == 1 and "state" in scrubbed[0]  # once, the whole entry's data, at append
+    assert LATE not in store.file.read_text() and "[REDACTED:MY_SERVICE_TOKEN]" in cap.data["state"]["goal"]

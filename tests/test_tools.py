@@ -384,8 +384,6 @@ def test_missing_or_mistyped_arguments_list_the_expected_arguments(ws: Path) -> 
     assert mistyped.is_error and "start_line must be a whole number" in mistyped.content
     unknown = run("read_file", {"file": "x"}, ToolContext(ws))
     assert unknown.is_error and "unknown argument file" in unknown.content
-    raw = run("shell", {"_raw_arguments": '{"command": "ls'}, ToolContext(ws))
-    assert raw.is_error and "not a valid JSON object" in raw.content and "command (string" in raw.content
     bad_kind = run("checkpoint", {"kind": "done", "note": "x"}, ToolContext(ws))
     assert bad_kind.is_error and '"milestone", "plan_pivot"' in bad_kind.content
 

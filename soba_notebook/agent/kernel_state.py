@@ -27,7 +27,7 @@ from typing import Any
 from ..errors import ToolError
 from ..memory.redact import redact_text
 from ..providers.base import ToolSpec
-from .tools import Tool, ToolContext, ToolResult, _schema, _string
+from .tools import Tool, ToolContext, ToolResult
 
 __all__ = ["MAX_NAMES", "VARIABLES_TOOL", "KernelStateTracker", "describe", "inspect_variable",
            "is_secret_name", "tracker_for", "user_names"]
@@ -233,4 +233,6 @@ async def _variables(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
 VARIABLES_TOOL = Tool(ToolSpec(
     "variables", "List the kernel's user variables (name, type, shape; most recently changed first), or "
     "inspect one by name: type, shape, dtypes, the head of a DataFrame, a short repr. Cheaper than python.",
-    _schema([], name=_string("A variable to inspect; omit to list them all."))), _variables)
+    {"type": "object", "required": [], "additionalProperties": False,
+     "properties": {"name": {"type": "string", "description": "A variable to inspect; omit to list them all."}}}),
+    _variables)

@@ -43,8 +43,8 @@ from ..providers.base import (
     StreamEvent,
     SummarySource,
     arguments_error,
-    repair_tool_pairing,
 )
+from ..scrub import Scrubber
 from ..session.entries import (
     Entry,
     ToolCall,
@@ -72,7 +72,6 @@ from ..session.store import SessionStore
 from ..textclip import head_tail
 from ..tokens import TokenCounter
 from .confine import check_workspace_root
-from .secrets import Scrubber, current_scrubber
 from .skills import SkillRegistry
 from .tools import ToolContext, ToolRegistry, default_tools
 
@@ -148,7 +147,8 @@ class Agent:
                                      max_output_tokens=summary_output_budget(config.model.context_window))
         self.engine = CompactionEngine(store, config, self.counter, bus=self.bus, summarizer=summarizer,
                                        flight=flight)
-        self.engine.scrub = lambda value: self._scrubber.json(value)
+        # the turn's secrets and the environment's as they are now (a %compact runs between turns)
+        self.engine.scrub = lambda value: self._scrubber.merged(self._fresh_scrubber()).json(value)
         self.tool_context = ToolContext(
             self.workspace, config.tools, store=store, user_namespace=user_namespace,
             record_intent=lambda kind, note: self.engine.record_intent(kind, note),
@@ -162,7 +162,7 @@ class Agent:
 
     # -- set-up ------------------------------------------------------------------------------
     def _fresh_scrubber(self) -> Scrubber:
-        return current_scrubber(extra_names=tuple(filter(None, [self.config.model.api_key_env])))
+        return Scrubber.from_environ(extra_names=tuple(filter(None, [self.config.model.api_key_env])))
 
     def refresh_secrets(self, *, keep_known: bool = False) -> None:
         """Re-read the environment's secrets (a variable set after start): at every turn start, and
@@ -323,7 +323,8 @@ class Agent:
         # What this request measures, fixed now: its reply's provider usage describes this
         # context, whatever is appended while it is in flight (another kernel on the session).
         self._request_context = (self.engine.tracker.estimate_raw(), self.engine.tracker.context_key)
-        messages = repair_tool_pairing(self.engine.model_messages())
+        # orphaned tool calls and results are repaired once, by the wire (providers/base.repair_tool_pairing)
+        messages = self.engine.model_messages()
         return ModelRequest(model=self.config.model.model, system=self.system_prompt(), messages=tuple(messages),
                             tools=self.tools.specs(), max_output_tokens=self.config.model.max_output_tokens,
                             temperature=self.config.model.temperature,
@@ -472,6 +473,15 @@ class Agent:
                                                      is_error=True, cancelled=why is None))
                         written.append(e.id or "")
                 break
+
+    async def aclose(self) -> None:
+        """Close the model provider and, when it is another one (``model.compactionModel``), the
+        summary provider: their HTTP clients. Call it on the loop that ran the requests."""
+        others = [self.summary_provider] if self.summary_provider is not self.provider else []
+        for provider in (self.provider, *others):
+            with_aclose = getattr(provider, "aclose", None)
+            if with_aclose is not None:
+                await with_aclose()
 
     async def _summary_complete(self, call: SummaryCall) -> str:
         model = self.config.model.compaction_model or self.config.model.model

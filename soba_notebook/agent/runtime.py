@@ -22,17 +22,14 @@ import asyncio
 import concurrent.futures
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from ..cancel import CancelToken
 from .loop import Agent
 
 __all__ = ["AgentRuntime", "QueuedTurn", "Stopped"]
-
-T = TypeVar("T")
-
 
 #: A job: given the cancel token the runtime holds for it, the coroutine to run.
 Job = Callable[[CancelToken], Awaitable[Any]]
@@ -185,26 +182,13 @@ class AgentRuntime:
         with self._lock:
             return len(self._queue)
 
-    # -- other coroutines on the agent's loop ------------------------------------------------
-    def call(self, fn: Callable[[], Coroutine[Any, Any, T]], timeout: float | None = None) -> T:
-        """Run a coroutine (``%compact``) on the agent's loop and wait for it."""
-        return asyncio.run_coroutine_threadsafe(fn(), self._loop).result(timeout)
-
-    def spawn(self, fn: Callable[[], Coroutine[Any, Any, Any]]) -> concurrent.futures.Future[Any]:
-        return asyncio.run_coroutine_threadsafe(fn(), self._loop)
-
     def close(self, timeout: float = 5.0) -> None:
         with self._lock:
             self._closed = True
         self.stop("the session was closed", timeout)  # never abandon a running tool call
 
-        async def shutdown() -> None:
-            with_aclose = getattr(self.agent.provider, "aclose", None)
-            if with_aclose is not None:
-                await with_aclose()
-
-        try:
-            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout)
+        try:  # the providers' HTTP clients belong to this loop: closed on it
+            asyncio.run_coroutine_threadsafe(self.agent.aclose(), self._loop).result(timeout)
         except Exception:  # closing is best effort; the thread is a daemon
             pass
         self._loop.call_soon_threadsafe(self._loop.stop)

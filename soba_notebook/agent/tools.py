@@ -300,10 +300,6 @@ def _validate(spec: ToolSpec, arguments: Any) -> dict[str, Any]:
     expected = _describe_arguments(spec)
     if not isinstance(arguments, Mapping):
         raise ToolError(f"the arguments of {spec.name} must be a JSON object; {expected}")
-    if "_raw_arguments" in arguments:
-        raw = str(arguments["_raw_arguments"])
-        shown = raw if len(raw) <= 200 else raw[:200] + "…"
-        raise ToolError(f"the arguments of {spec.name} were not a valid JSON object ({shown}); {expected}")
     props: Mapping[str, Any] = spec.parameters.get("properties", {})
     required = list(spec.parameters.get("required", ()))
     args = {k: v for k, v in arguments.items() if v is not None}

@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..errors import SessionError
 from ..session.entries import Entry
-from ..session.payloads import Quality, leaf_data
+from ..session.payloads import BudgetSource, Outcome, Quality, TriggerName, leaf_data
 from ..session.store import SessionStore
 from ..tokens import TokenCounter
 
@@ -56,11 +56,11 @@ __all__ = [
 SessionLike = str | os.PathLike[str] | SessionStore
 
 #: Fixed categories, so frames of different sessions concatenate without losing the dtype.
-TRIGGER_CATEGORIES = ("hard_limit", "milestone", "plan_pivot", "turn_complete", "auto_threshold", "user",
-                      "context_overflow")
-OUTCOME_CATEGORIES = ("completed", "skipped", "cancelled", "stale", "failed")
+#: Each is its Literal's values (session/payloads.py), in the Literal's order.
+TRIGGER_CATEGORIES: tuple[str, ...] = get_args(TriggerName)
+OUTCOME_CATEGORIES: tuple[str, ...] = get_args(Outcome)
 QUALITY_CATEGORIES: tuple[str, ...] = get_args(Quality)
-SOURCE_CATEGORIES = ("provider_usage", "estimated")
+SOURCE_CATEGORIES: tuple[str, ...] = get_args(BudgetSource)
 
 _T = TypeVar("_T")
 
@@ -100,8 +100,11 @@ def utc_times(values: Iterable[str | None]) -> pd.Series:
 
 
 # -- resolving a session --------------------------------------------------------------------------
-_imports: dict[tuple[str, int, int], tuple[tempfile.TemporaryDirectory[str], SessionStore]] = {}
+#: imported transcripts, least recently used first; the oldest is forgotten (its temporary
+#: directory removed) beyond :data:`MAX_IMPORTS`, so a long analysis session does not keep them all
+_imports: OrderedDict[tuple[str, int, int], tuple[tempfile.TemporaryDirectory[str], SessionStore]] = OrderedDict()
 _imports_lock = threading.Lock()
+MAX_IMPORTS = 8
 
 
 def first_json_line(file: Path, limit: int = 1 << 16) -> Any:
@@ -160,6 +163,7 @@ def _imported(file: Path) -> SessionStore:
     with _imports_lock:
         hit = _imports.get(key)
         if hit is not None:
+            _imports.move_to_end(key)
             return hit[1]
         tmp = tempfile.TemporaryDirectory(prefix="soba-import-")
         try:
@@ -169,7 +173,10 @@ def _imported(file: Path) -> SessionStore:
             tmp.cleanup()
             raise
         _imports[key] = (tmp, store)
-        return store
+        evicted = [_imports.popitem(last=False)[1] for _ in range(len(_imports) - MAX_IMPORTS)]
+    for old_tmp, _ in evicted:  # a store already returned keeps its entries; its file is gone
+        old_tmp.cleanup()
+    return store
 
 
 def find_flight_file(store: SessionStore) -> Path | None:

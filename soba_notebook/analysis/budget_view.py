@@ -16,8 +16,8 @@ from typing import Any
 import pandas as pd
 
 from ..config import SobaConfig, load_config
+from ..session.context import first_kept_index
 from ..session.entries import Entry
-from ..session.payloads import capsule_data
 from ..tokens import REPLY_PRIMING
 from ._common import (
     OUTCOME_CATEGORIES,
@@ -139,10 +139,7 @@ def _from_session(snap: Snapshot, config: SobaConfig) -> list[_Row]:
     for i, entry in enumerate(path):
         cum_at.append(cum)
         if entry.type == "capsule":
-            first = capsule_data(entry).get("firstKeptEntryId")
-            start = i + 1
-            if isinstance(first, str):
-                start = next((j for j in range(i - 1, -1, -1) if path[j].id == first), i + 1)
+            start = first_kept_index(path, i)
             start_cum = cum_at[start] if start <= i else cum
             cap_cost = capsule_cost(entry, counter)
             pending = entry

@@ -22,7 +22,7 @@ from ..importers.fleet import run_all, transcript_files
 from ..session.store import SessionStore
 from ..tokens import encoding_for_model
 from ._common import SessionLike, snapshot
-from .simulation import COMPARE_COLUMNS, _run, simulation_config
+from .simulation import COMPARE_COLUMNS, run_simulation, simulation_config
 
 __all__ = ["FLEET_COLUMNS", "simulate_many"]
 
@@ -38,7 +38,7 @@ def _simulate_session(session: str, configs: Mapping[str, SobaConfig], base_toke
         rows: list[dict[str, Any]] = []
         for name, cfg in configs.items():
             # a Series' to_dict is typed with Hashable keys; a summary row's index is its column names
-            summary = cast(dict[str, Any], _run(snap, cfg, base_tokens).summary().to_dict())
+            summary = cast(dict[str, Any], run_simulation(snap, cfg, base_tokens).summary().to_dict())
             rows.append({"session": session, "config": name, **summary, "error": None})
         return rows
     except Exception as exc:  # one broken transcript must not sink a fleet of hundreds

@@ -18,7 +18,7 @@ import pandas as pd
 from ..compaction.barrier import capsule_message
 from ..errors import SessionError
 from ..flight import read_flight_records
-from ..session.context import build_context
+from ..session.context import build_context, first_kept_index
 from ..session.entries import Entry
 from ..session.payloads import capsule_data, message_data
 from ..session.store import SessionStore
@@ -70,16 +70,6 @@ def capsule_cost(entry: Entry, counter: TokenCounter) -> int:
         return counter.count_text(str(capsule_data(entry).get("state", "")))
 
 
-def _first_kept_index(path: Sequence[Entry], capsule_index: int) -> int:
-    """Where the verbatim tail of the capsule at ``capsule_index`` starts (as build_context does)."""
-    first = capsule_data(path[capsule_index]).get("firstKeptEntryId")
-    if isinstance(first, str):
-        for i in range(capsule_index - 1, -1, -1):
-            if path[i].id == first:
-                return i
-    return capsule_index + 1
-
-
 def _cover_path(path: Sequence[Entry], covered: dict[str, str]) -> None:
     """Assign each entry on ``path`` the checkpoint of the capsule that summarized it.
 
@@ -91,7 +81,7 @@ def _cover_path(path: Sequence[Entry], covered: dict[str, str]) -> None:
     for i, entry in enumerate(path):
         if entry.type != "capsule":
             continue
-        end = _first_kept_index(path, i)
+        end = first_kept_index(path, i)
         ck = capsule_data(entry).get("checkpointId")
         ck = ck if isinstance(ck, str) else (entry.id or "")
         for covered_entry in path[start:min(end, i)]:

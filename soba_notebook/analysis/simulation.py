@@ -35,8 +35,8 @@ from ._common import (
 )
 from .progress import progress
 
-__all__ = ["COMPARE_COLUMNS", "INFERENCE_COLUMNS", "CapsuleView", "SimulationView", "compare", "simulate",
-           "simulation_config"]
+__all__ = ["COMPARE_COLUMNS", "INFERENCE_COLUMNS", "CapsuleView", "SimulationView", "compare", "run_simulation",
+           "simulate", "simulation_config"]
 
 INFERENCE_COLUMNS = ("index", "entry_id", "turn", "effective_tokens", "source", "hard_limit", "soft_limit",
                      "trigger", "outcome", "reason", "tokens_after", "reclaimed_tokens", "checkpoint_id", "quality",
@@ -229,7 +229,8 @@ def _inferences_frame(result: SimulationResult) -> pd.DataFrame:
     }, columns=list(INFERENCE_COLUMNS))
 
 
-def _run(snap: Snapshot, config: SobaConfig, base_tokens: int) -> SimulationView:
+def run_simulation(snap: Snapshot, config: SobaConfig, base_tokens: int) -> SimulationView:
+    """One replay of ``snap`` under ``config`` (what simulate, compare and the fleet views run)."""
     counter = counter_for(snap.model(), snap.id)
     source = list(snap.path)
     result = run_blocking(lambda: replay(source, config, counter=counter, base_tokens=base_tokens))
@@ -261,7 +262,7 @@ def simulate(session: SessionLike, context_window: int | None = None, max_output
     if max_output_tokens is not None:
         settings["maxOutputTokens"] = max_output_tokens
     cfg = simulation_config(settings, config)
-    return _run(snapshot(session), cfg, base_tokens)
+    return run_simulation(snapshot(session), cfg, base_tokens)
 
 
 def _summary_row(df: pd.DataFrame, config: SobaConfig) -> pd.Series:
@@ -308,7 +309,7 @@ def compare(session: SessionLike, configs: Mapping[str, Mapping[str, Any]], *, b
                             f"got {type(settings).__name__}")
         resolved[str(name)] = simulation_config(settings, config)  # validate all before any replay
     snap = snapshot(session)
-    rows = {name: _run(snap, cfg, base_tokens).summary()
+    rows = {name: run_simulation(snap, cfg, base_tokens).summary()
             for name, cfg in progress(resolved.items(), total=len(resolved), desc="simulating", unit="config")}
     frame = pd.DataFrame.from_dict(rows, orient="index")
     frame.index.name = "config"

@@ -29,7 +29,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, get_args
 
 from ..budget import BudgetCheck, BudgetTracker
 from ..cancel import CancelToken
@@ -77,7 +77,8 @@ from .triggers import (
 
 __all__ = ["OUTCOMES", "CompactionEngine", "CompactionOutcome", "capsule_message", "capsule_of"]
 
-OUTCOMES = ("completed", "skipped", "cancelled", "stale", "failed")
+#: How a compaction operation ends (the ``Outcome`` Literal's values).
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +172,10 @@ class CompactionEngine:
         self._last_skip: CompactionEndPayload | None = None
         #: seconds between progress updates while a summary is generated
         self.progress_interval = 0.25
-        #: the transcript's secret scrubber (JSON value -> JSON value), applied to every capsule
-        #: before it is measured and appended, like every other entry; the agent sets it
-        self.scrub: Callable[[Any], Any] = lambda value: value
+        #: the transcript's secret scrubber (JSON value -> JSON value), applied once to a capsule
+        #: entry's data as it is appended (and to a handoff capsule as it is returned); the agent
+        #: sets its own, by default the environment's secrets as they are at that moment
+        self.scrub: Callable[[Any], Any] = lambda value: Scrubber.from_environ().json(value)
         #: the kernel's variables for the capsule's kernel-state section (set by the notebook layer)
         self.kernel_state: KernelStateProvider | None = None
         self._kernel_now: KernelStateData = {}
@@ -354,10 +356,7 @@ class CompactionEngine:
         if cancel.cancelled:
             raise TurnCancelled(f"{cancel.reason or 'cancelled'}; the summary request was aborted and nothing "
                                 f"was written")
-        return self._scrubbed(capsule), quality, self.scrub(note)
-
-    def _scrubbed(self, capsule: Capsule) -> Capsule:
-        return Capsule.from_json(self.scrub(capsule.to_json()), where="scrubbed capsule")
+        return Capsule.from_json(self.scrub(capsule.to_json()), where="scrubbed capsule"), quality, self.scrub(note)
 
     def _max_tail(self, check: BudgetCheck) -> int:
         # Leave room for the capsule itself: a quarter of the hard limit, at most 8k tokens.
@@ -389,7 +388,6 @@ class CompactionEngine:
                     return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started,
                                         before_generation=True)
             capsule, quality, note, ungrounded = await self._generate(plan, cancel, progress)
-            capsule = self._scrubbed(capsule)
             if cancel.cancelled:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
             progress("measure", 85)
@@ -423,7 +421,7 @@ class CompactionEngine:
                                         f"capsule plus retained tail need {after} tokens, over the hard limit "
                                         f"{plan.hard_limit}", check, None, started, tokens_after=after)
                 plan, capsule, quality, note = retry
-                capsule, ungrounded = self._scrubbed(capsule), 0
+                ungrounded = 0
                 after = self._measure_after(plan, capsule, quality)
             return self._append(plan, trigger, capsule, quality, note, after, ungrounded, check, cancel, started,
                                 progress)
@@ -448,12 +446,14 @@ class CompactionEngine:
         data: CapsuleData = {
             "checkpointId": checkpoint_id, "firstKeptEntryId": plan.first_kept_entry_id,
             "trigger": trigger_name(trigger), "quality": quality,
-            "state": Scrubber.from_environ().json(capsule.to_json()),
+            "state": capsule.to_json(),
             "tokensBefore": plan.tokens_before, "tokensAfter": after, "source": plan.source,
             "operationId": plan.operation_id, "previousCheckpointId": plan.previous_checkpoint_id,
             "summarizedEntries": plan.entry_count, "note": note, "ungroundedClaims": ungrounded}
         if "kernelState" in self._kernel_now:  # the only field kernel_state_field writes
             data["kernelState"] = self._kernel_now["kernelState"]
+        # the one scrub of the capsule: secrets in its text (a model can echo a tool's output)
+        # become markers as it is written, like every other entry's (measured before: a few tokens)
         capsule_entry = Entry("capsule", self.scrub(data), parent_id=plan.leaf_id)
         try:
             entry = self.store.append(capsule_entry, expect_leaf=plan.leaf_id)
@@ -483,8 +483,7 @@ class CompactionEngine:
                              model_after: int) -> tuple[Capsule, Quality, str, int] | None:
         """The deterministic capsule, when it makes the continuation smaller than the history it
         replaces (the model's capsule did not: ``model_after`` tokens); else ``None``."""
-        local = self._scrubbed(deterministic_capsule(list(plan.summarize), plan.previous_capsule,
-                                                     plan.previous_checkpoint_id))
+        local = deterministic_capsule(list(plan.summarize), plan.previous_capsule, plan.previous_checkpoint_id)
         after = self._measure_after(plan, local, "degraded")
         if after >= plan.tokens_before:
             return None

@@ -3,15 +3,12 @@
 A :class:`Capsule` is a frozen value with the fields the seed lists (section 1): goal and
 constraints; completed, active and pending work; decisions with their rationale; blockers; next
 steps; files read and modified; verification commands with their last result; active skills;
-artifacts; and the range of entries it summarizes.
+artifacts; and the range of entries it summarizes. The value and its fields are defined once, in
+:mod:`soba_notebook.session.capsule_schema` (the session floor reads stored capsules), with the
+stored form (``to_json`` / ``from_json``, validated); this module re-exports it and owns:
 
-Three forms, one truth:
-
-* ``to_json`` / ``from_json`` — the ``state`` stored in a ``capsule`` entry, validated on the way
-  in (:func:`~soba_notebook.session.capsule_schema.validate_capsule_json` lists every problem,
-  with the field's path; the schema lives with the session because the model input skips an
-  invalid capsule);
-* ``render`` — the text the model sees at the start of its input;
+* :func:`render` — the text the model sees at the start of its input (the fields the summarizer
+  is asked for, under their titles);
 * :func:`roll` — a new capsule from the previous one plus newer facts: nothing the old capsule held
   is dropped unless the new summary supersedes it.
 
@@ -22,12 +19,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import fields, replace
 from typing import Any
 
-from ..errors import CapsuleFormatError
-from ..session.capsule_schema import CAPSULE_SCHEMA_VERSION, validate_capsule_json
-from ..session.payloads import VerificationStatus
+from ..session.capsule_schema import CAPSULE_FIELDS, Capsule, Decision, EntryRange, Verification
 
 __all__ = [
     "Capsule",
@@ -39,110 +34,6 @@ __all__ = [
     "render",
     "roll",
 ]
-
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    what: str
-    why: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        return {"what": self.what, "why": self.why}
-
-
-@dataclass(frozen=True, slots=True)
-class Verification:
-    """A command that checks the work, and what it said the last time it ran."""
-
-    command: str
-    status: VerificationStatus = "unknown"
-    detail: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        return {"command": self.command, "status": self.status, "detail": self.detail}
-
-
-@dataclass(frozen=True, slots=True)
-class EntryRange:
-    """The transcript entries a capsule summarizes (inclusive ids, and how many)."""
-
-    first_id: str | None = None
-    last_id: str | None = None
-    count: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"firstId": self.first_id, "lastId": self.last_id, "count": self.count}
-
-
-@dataclass(frozen=True, slots=True)
-class Capsule:
-    goal: str = ""
-    constraints: tuple[str, ...] = ()
-    done: tuple[str, ...] = ()
-    active: tuple[str, ...] = ()
-    pending: tuple[str, ...] = ()
-    decisions: tuple[Decision, ...] = ()
-    blockers: tuple[str, ...] = ()
-    next_steps: tuple[str, ...] = ()
-    files_read: tuple[str, ...] = ()
-    files_modified: tuple[str, ...] = ()
-    verification: tuple[Verification, ...] = ()
-    active_skills: tuple[str, ...] = ()
-    artifacts: tuple[str, ...] = ()
-    covers: EntryRange = field(default_factory=EntryRange)
-    #: checkpoint ids of the capsules this one rolled up, oldest first
-    rolled_from: tuple[str, ...] = ()
-
-    # -- stored form -------------------------------------------------------------------------
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "schemaVersion": CAPSULE_SCHEMA_VERSION,
-            "goal": self.goal,
-            "constraints": list(self.constraints),
-            "done": list(self.done),
-            "active": list(self.active),
-            "pending": list(self.pending),
-            "decisions": [d.to_json() for d in self.decisions],
-            "blockers": list(self.blockers),
-            "nextSteps": list(self.next_steps),
-            "filesRead": list(self.files_read),
-            "filesModified": list(self.files_modified),
-            "verification": [v.to_json() for v in self.verification],
-            "activeSkills": list(self.active_skills),
-            "artifacts": list(self.artifacts),
-            "covers": self.covers.to_json(),
-            "rolledFrom": list(self.rolled_from),
-        }
-
-    @classmethod
-    def from_json(cls, raw: Any, *, where: str = "capsule") -> Capsule:
-        problems = validate_capsule_json(raw)
-        if problems:
-            raise CapsuleFormatError(f"{where}: invalid capsule: " + "; ".join(problems))
-        covers = raw.get("covers") or {}
-        return cls(
-            goal=raw.get("goal", ""),
-            constraints=tuple(raw.get("constraints", ())),
-            done=tuple(raw.get("done", ())),
-            active=tuple(raw.get("active", ())),
-            pending=tuple(raw.get("pending", ())),
-            decisions=tuple(Decision(d["what"], d.get("why", "")) for d in raw.get("decisions", ())),
-            blockers=tuple(raw.get("blockers", ())),
-            next_steps=tuple(raw.get("nextSteps", ())),
-            files_read=tuple(raw.get("filesRead", ())),
-            files_modified=tuple(raw.get("filesModified", ())),
-            verification=tuple(Verification(v["command"], v.get("status", "unknown"), v.get("detail", ""))
-                               for v in raw.get("verification", ())),
-            active_skills=tuple(raw.get("activeSkills", ())),
-            artifacts=tuple(raw.get("artifacts", ())),
-            covers=EntryRange(covers.get("firstId"), covers.get("lastId"), int(covers.get("count", 0) or 0)),
-            rolled_from=tuple(raw.get("rolledFrom", ())),
-        )
-
-    def is_empty(self) -> bool:
-        return self == Capsule(covers=self.covers, rolled_from=self.rolled_from)
-
 
 
 
@@ -245,14 +136,6 @@ def with_facts(summary: Capsule, facts: Capsule) -> Capsule:
     )
 
 
-_SECTIONS: tuple[tuple[str, str], ...] = (
-    ("constraints", "Constraints"), ("done", "Completed work"), ("active", "Active work"),
-    ("pending", "Pending work"), ("blockers", "Unresolved blockers"), ("next_steps", "Next steps"),
-    ("files_read", "Files read"), ("files_modified", "Files modified"), ("active_skills", "Active skills"),
-    ("artifacts", "Artifacts"),
-)
-
-
 _WRAPPER_TAG = re.compile(r"<(\s*/?\s*context_capsule)", re.IGNORECASE)
 
 #: Said inside the wrapper of a capsule loaded from a ``.capsule.md`` file.
@@ -290,30 +173,30 @@ def render(capsule: Capsule, *, checkpoint_id: str | None = None, quality: str =
              "(use the recall tool with an entry id to read any of it)."]
     if handoff:
         lines.append(HANDOFF_NOTE)
-    lines.append(f"## Goal\n{capsule.goal or '(not stated)'}")
-    for attr, title in _SECTIONS[:6]:
-        items = getattr(capsule, attr)
-        if items:
-            lines.append(f"## {title}\n" + "\n".join(f"- {i}" for i in items))
-        if attr == "pending" and capsule.decisions:
-            lines.append("## Decisions\n" + "\n".join(
-                f"- {d.what}" + (f" — because {d.why}" if d.why else "") for d in capsule.decisions))
-    for attr, title in _SECTIONS[6:8]:
-        items = getattr(capsule, attr)
-        if items:
-            lines.append(f"## {title}\n" + "\n".join(f"- {i}" for i in items))
-    if capsule.verification:
-        lines.append("## Verification\n" + "\n".join(
-            f"- `{v.command}`: {v.status}" + (f" ({v.detail})" if v.detail else "") for v in capsule.verification))
-    for attr, title in _SECTIONS[8:]:
-        items = getattr(capsule, attr)
-        if items:
-            lines.append(f"## {title}\n" + "\n".join(f"- {i}" for i in items))
+    # what the summarizer is asked to write is what the model reads back; covers is said last
+    sections = (_section(capsule, f.attr, f.kind, f.title) for f in CAPSULE_FIELDS if f.ask is not None)
+    lines.extend(section for section in sections if section)
     if capsule.covers.count:
         lines.append(f"(summarizes {capsule.covers.count} entries, {capsule.covers.first_id} .. "
                      f"{capsule.covers.last_id})")
     lines.append("</context_capsule>")
     return "\n\n".join(lines)
+
+
+def _section(capsule: Capsule, attr: str, kind: str, title: str) -> str:
+    """One field as the model reads it: under its title, or nothing when empty (the goal is always said)."""
+    value = getattr(capsule, attr)
+    if kind == "text":
+        return f"## {title}\n{value or '(not stated)'}"
+    if not value:
+        return ""
+    if kind == "decisions":
+        items = [f"{d.what}" + (f" — because {d.why}" if d.why else "") for d in value]
+    elif kind == "verification":
+        items = [f"`{v.command}`: {v.status}" + (f" ({v.detail})" if v.detail else "") for v in value]
+    else:
+        items = list(value)
+    return f"## {title}\n" + "\n".join(f"- {i}" for i in items)
 
 
 def _quoted_capsule(capsule: Capsule) -> Capsule:
@@ -329,7 +212,3 @@ def _quoted_capsule(capsule: Capsule) -> Capsule:
 
     quoted: Capsule = q(capsule)
     return quoted
-
-
-def field_names() -> list[str]:
-    return [f.name for f in fields(Capsule)]

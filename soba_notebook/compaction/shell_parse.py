@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .shell_syntax import Segment, split_commands
-from .verification import _basename, _check_text, _positionals, _verification_kind
+from .verification import check_text, positionals, program_name, verification_kind
 
 __all__ = [
     "ShellEffects",
@@ -121,7 +121,7 @@ def _strip_wrappers(words: list[str]) -> list[str]:
         if _ASSIGNMENT.match(word):
             i += 1
             continue
-        name = _basename(word)
+        name = program_name(word)
         if name in _WRAPPERS:
             takes_value = _WRAPPERS[name]
             i += 1
@@ -253,7 +253,7 @@ def _perl(args: Sequence[str], cwd: str, fx: _Effects) -> None:
 def _grep(name: str, args: Sequence[str], cwd: str, fx: _Effects) -> None:
     flags = _short_flags(args)
     if name in ("rg", "ag"):
-        pos = _positionals(args, _RG_VALUES)
+        pos = positionals(args, _RG_VALUES)
         explicit = "-e" in flags or "-f" in flags or "--regexp" in flags
         for f in pos if explicit else pos[1:]:
             if posixpath.splitext(f)[1]:  # a file, not a directory searched recursively
@@ -261,7 +261,7 @@ def _grep(name: str, args: Sequence[str], cwd: str, fx: _Effects) -> None:
         return
     if flags & {"-r", "-R", "--recursive", "--dereference-recursive"}:
         return  # directories, not files
-    pos = _positionals(args, _GREP_VALUES)
+    pos = positionals(args, _GREP_VALUES)
     explicit = bool(flags & {"-e", "-f", "--regexp", "--file"}) or any(
         a.startswith(("--regexp=", "--file=")) for a in args)
     for f in pos if explicit else pos[1:]:
@@ -314,29 +314,29 @@ def _git(args: Sequence[str], cwd: str, fx: _Effects) -> None:
         return
     sub, rest = args[i], args[i + 1:]
     if sub == "mv":
-        for f in _positionals(rest):
+        for f in positionals(rest):
             fx.write(f, cwd)
     elif sub == "rm":
         if "--cached" not in rest:
-            for f in _positionals(rest):
+            for f in positionals(rest):
                 fx.write(f, cwd, deleted=True)
     elif sub == "restore":
         if "--staged" not in rest or "--worktree" in rest or "-W" in rest:
-            for f in _positionals(rest, frozenset({"-s", "--source"})):
+            for f in positionals(rest, frozenset({"-s", "--source"})):
                 fx.write(f, cwd)
     elif sub == "checkout" and "--" in rest:
         for f in rest[rest.index("--") + 1:]:
             fx.write(f, cwd)
     elif sub == "apply":
-        for f in _positionals(rest, frozenset({"-p", "--directory", "--exclude", "--include"})):
+        for f in positionals(rest, frozenset({"-p", "--directory", "--exclude", "--include"})):
             fx.read(f, cwd)
 
 
 def _file_effects(words: Sequence[str], cwd: str, fx: _Effects) -> None:
-    name = _basename(words[0])
+    name = program_name(words[0])
     args = words[1:]
     if name in _READ_COMMANDS:
-        for f in _positionals(args, _READ_COMMANDS[name]):
+        for f in positionals(args, _READ_COMMANDS[name]):
             if f != "-":
                 fx.read(f, cwd)
     elif name in ("grep", "egrep", "fgrep", "rg", "ag"):
@@ -344,7 +344,7 @@ def _file_effects(words: Sequence[str], cwd: str, fx: _Effects) -> None:
     elif name in ("sed", "gsed"):
         _sed(args, cwd, fx)
     elif name in ("awk", "gawk"):
-        pos = _positionals(args, _AWK_VALUES)
+        pos = positionals(args, _AWK_VALUES)
         explicit = "-f" in args or any(a.startswith("--file") for a in args)
         in_place = any(args[k] == "-i" and k + 1 < len(args) and args[k + 1] == "inplace" for k in range(len(args)))
         for f in pos if explicit else pos[1:]:
@@ -355,18 +355,18 @@ def _file_effects(words: Sequence[str], cwd: str, fx: _Effects) -> None:
     elif name == "perl":
         _perl(args, cwd, fx)
     elif name == "tee":
-        for f in _positionals(args, frozenset({"--output-error"})):
+        for f in positionals(args, frozenset({"--output-error"})):
             fx.write(f, cwd)
     elif name in ("mv", "cp"):
         _move_or_copy(name, args, cwd, fx)
     elif name in ("rm", "unlink"):
-        for f in _positionals(args):
+        for f in positionals(args):
             fx.write(f, cwd, deleted=True)
     elif name == "touch":
-        for f in _positionals(args, frozenset({"-d", "-t", "-r", "--date", "--reference"})):
+        for f in positionals(args, frozenset({"-d", "-t", "-r", "--date", "--reference"})):
             fx.write(f, cwd)
     elif name == "truncate":
-        for f in _positionals(args, frozenset({"-s", "--size", "-r", "--reference"})):
+        for f in positionals(args, frozenset({"-s", "--size", "-r", "--reference"})):
             fx.write(f, cwd)
     elif name == "patch":
         for k, arg in enumerate(args):
@@ -379,7 +379,7 @@ def _file_effects(words: Sequence[str], cwd: str, fx: _Effects) -> None:
     elif name == "jupyter" and args:
         sub, rest = args[0], args[1:]
         if (sub == "nbconvert" and "--execute" in rest) or sub == "execute":
-            for f in _positionals(rest, frozenset({"--to", "--output", "--output-dir", "--ExecutePreprocessor.timeout",
+            for f in positionals(rest, frozenset({"--to", "--output", "--output-dir", "--ExecutePreprocessor.timeout",
                                                    "--kernel_name", "--kernel"})):
                 if f.endswith(".ipynb"):
                     p = normalize_path(f, cwd)
@@ -388,7 +388,7 @@ def _file_effects(words: Sequence[str], cwd: str, fx: _Effects) -> None:
                         if "--inplace" in rest:
                             fx.writes.append(p)
     elif name == "papermill":
-        pos = _positionals(args, frozenset({"-p", "-r", "-y", "-f", "-k", "--parameters", "--kernel", "--cwd"}))
+        pos = positionals(args, frozenset({"-p", "-r", "-y", "-f", "-k", "--parameters", "--kernel", "--cwd"}))
         if len(pos) >= 2:
             fx.read(pos[0], cwd)
             fx.write(pos[1], cwd)
@@ -445,7 +445,7 @@ def _classify(command: str) -> ShellEffects:
     previous_end = ""
     for segment in _iter_segments(command):
         words = _strip_wrappers(segment.words)
-        name = _basename(words[0]) if words else ""
+        name = program_name(words[0]) if words else ""
         is_patch = name == "patch" or (name == "git" and "apply" in words[1:3])
         for op, target in segment.redirects:
             if op.startswith("<<"):
@@ -470,7 +470,7 @@ def _classify(command: str) -> ShellEffects:
         elif words and name == "popd":
             cwd = ""
         elif words:
-            kind = _verification_kind(words)
+            kind = verification_kind(words)
             if kind is not None:
                 checks.append((cwd, shlex.join(segment.words)))
                 kinds.append(kind)
@@ -488,7 +488,7 @@ def _classify(command: str) -> ShellEffects:
         previous_end = segment.end
     if checks and previous_end == "&":
         reliable = False
-    check = _check_text(checks) if checks else ""
+    check = check_text(checks) if checks else ""
     return ShellEffects(
         reads=tuple(dict.fromkeys(fx.reads)),
         writes=tuple(dict.fromkeys(fx.writes)),

@@ -1,8 +1,11 @@
 """Model summarization into a Context Capsule: prompt, chunking, parsing back.
 
 The summarizer is given the serialized history being replaced and the previous capsule's state,
-and must answer with the capsule as one JSON object. The answer is parsed, validated
-(:func:`~soba_notebook.session.capsule_schema.validate_capsule_json`) and returned; the barrier then
+and must answer with the capsule as one JSON object. What it is asked for, in the prompt and in
+the constrained-output schema, is derived from the capsule's one field definition (every field of
+:data:`~soba_notebook.session.capsule_schema.CAPSULE_FIELDS` with an ``ask``). The answer is
+parsed, validated (:func:`~soba_notebook.session.capsule_schema.validate_capsule_json`) and
+returned; the barrier then
 grounds it in the history (:mod:`.grounding`): files, verification results and skills are the
 deterministic extractor's, whatever the model claimed.
 
@@ -21,17 +24,20 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..errors import CapsuleFormatError
+from ..session.capsule_schema import CAPSULE_FIELDS, STATUSES, CapsuleField, FieldKind
 from ..session.entries import Entry
 from ..session.payloads import checkpoint_data
 from ..tokens import TokenCounter
 from .capsule import Capsule, roll
 
 __all__ = [
+    "ASKED_FIELDS",
     "SUMMARY_SYSTEM_PROMPT",
     "CompleteFn",
     "ModelSummarizer",
@@ -44,6 +50,7 @@ __all__ = [
     "parse_capsule_answer",
     "serialize_entries",
     "summary_output_budget",
+    "summary_system_prompt",
 ]
 
 ProgressFn = Callable[[float], None]
@@ -51,23 +58,50 @@ ProgressFn = Callable[[float], None]
 TOOL_RESULT_CHARS = 2_000
 TOOL_ARGS_CHARS = 1_000
 
-SUMMARY_SYSTEM_PROMPT = """You compact the working history of a coding agent into a Context Capsule.
-The capsule replaces the history in the agent's context, so it must hold everything needed to continue:
-the goal, constraints the user set, what is done, active and pending, decisions and why, unresolved
-blockers, concrete next steps, files read and modified, verification commands with their last result,
-active skills and artifacts. Keep facts, drop chatter. Never invent files or results.
-Answer with ONE JSON object and nothing else, with exactly these keys:
-{"goal": str, "constraints": [str], "done": [str], "active": [str], "pending": [str],
- "decisions": [{"what": str, "why": str}], "blockers": [str], "nextSteps": [str],
- "filesRead": [str], "filesModified": [str],
- "verification": [{"command": str, "status": "passed"|"failed"|"unknown", "detail": str}],
- "activeSkills": [str], "artifacts": [str]}"""
+#: The fields the model is asked to write, in order (``covers`` and ``rolledFrom`` are the code's).
+ASKED_FIELDS: tuple[CapsuleField, ...] = tuple(f for f in CAPSULE_FIELDS if f.ask is not None)
+_STATUS_CHOICES = "|".join(f'"{s}"' for s in STATUSES)
+#: How each kind of field is written in the prompt's key list.
+_PROMPT_SHAPES: dict[FieldKind, str] = {
+    "text": "str", "strings": "[str]", "decisions": '[{"what": str, "why": str}]',
+    "verification": f'[{{"command": str, "status": {_STATUS_CHOICES}, "detail": str}}]'}
 
 
-_SCHEMA_ORDER = ("constraints", "done", "active", "pending", "decisions", "blockers", "nextSteps", "filesRead",
-                 "filesModified", "verification", "activeSkills", "artifacts")
+def _said_as_list(items: Sequence[str]) -> str:
+    return ", ".join(items[:-1]) + f" and {items[-1]}" if len(items) > 1 else "".join(items)
+
+
+def _key_list(asked: Sequence[CapsuleField], width: int = 100) -> str:
+    """``{"goal": str, "constraints": [str], ...}``, wrapped at ``width`` characters."""
+    lines, line = [], "{"
+    for n, f in enumerate(asked):
+        item = f'"{f.key}": {_PROMPT_SHAPES[f.kind]}' + ("}" if n == len(asked) - 1 else ",")
+        if len(line) > 1 and len(line) + 1 + len(item) > width:
+            lines.append(line)
+            line = " "
+        line += ("" if line in ("{", " ") else " ") + item
+    return "\n".join([*lines, line])
+
+
+def summary_system_prompt(asked: Sequence[CapsuleField] = ASKED_FIELDS) -> str:
+    """The summarizer's system prompt: what each of the ``asked`` fields holds, and their keys."""
+    return "\n".join([
+        "You compact the working history of a coding agent into a Context Capsule.",
+        textwrap.fill("The capsule replaces the history in the agent's context, so it must hold everything needed "
+                      f"to continue: {_said_as_list([f.ask or f.title for f in asked])}. Keep facts, drop chatter. "
+                      "Never invent files or results.", width=104),
+        "Answer with ONE JSON object and nothing else, with exactly these keys:",
+        _key_list(asked)])
+
+
+SUMMARY_SYSTEM_PROMPT = summary_system_prompt()
+#: Keys of the fields the code fills (never asked): ignored in a model's answer.
+_CODE_KEYS = frozenset(f.key for f in CAPSULE_FIELDS if f.ask is None)
+
 #: characters a worst-case answer may use per output token (JSON is dense in punctuation)
 _CHARS_PER_TOKEN = 3
+#: strings one list item of each kind holds (a check's status is a short enum, not counted)
+_STRINGS_PER_ITEM: dict[FieldKind, int] = {"strings": 1, "decisions": 2, "verification": 2}
 
 
 def summary_output_budget(context_window: int) -> int:
@@ -77,16 +111,17 @@ def summary_output_budget(context_window: int) -> int:
     return max(256, min(4_000, context_window // 4))
 
 
-def capsule_schema(max_output_tokens: int) -> dict[str, Any]:
+def capsule_schema(max_output_tokens: int, asked: Sequence[CapsuleField] = ASKED_FIELDS) -> dict[str, Any]:
     """The capsule as a JSON schema for constrained output (OpenAI structured outputs, llama.cpp
     grammars). Every list and string is bounded so that even a model that fills every field to the
     limit finishes within ``max_output_tokens``: a grammar-constrained small model otherwise keeps
     adding items until the output cap cuts its JSON in half."""
     chars = max_output_tokens * _CHARS_PER_TOKEN
-    # 10 string lists + 2 object lists of two strings each: 14 strings per item; 600 characters
-    # for keys and punctuation; strings shorten before lists drop below one item
-    text_len = max(40, min(160, (chars - 600) // 14 - 8))
-    items = max(1, (chars - 600) // (14 * (text_len + 8)))
+    # strings per item over all the lists (14 for the seed's fields); 600 characters for keys and
+    # punctuation; strings shorten before lists drop below one item
+    per_item = sum(_STRINGS_PER_ITEM.get(f.kind, 0) for f in asked)
+    text_len = max(40, min(160, (chars - 600) // per_item - 8))
+    items = max(1, (chars - 600) // (per_item * (text_len + 8)))
 
     def text(limit: int = text_len) -> dict[str, Any]:
         return {"type": "string", "maxLength": limit}
@@ -97,13 +132,11 @@ def capsule_schema(max_output_tokens: int) -> dict[str, Any]:
     decision = {"type": "object", "properties": {"what": text(), "why": text()}, "required": ["what", "why"],
                 "additionalProperties": False}
     check = {"type": "object",
-             "properties": {"command": text(), "detail": text(),
-                            "status": {"type": "string", "enum": ["passed", "failed", "unknown"]}},
+             "properties": {"command": text(), "detail": text(), "status": {"type": "string", "enum": list(STATUSES)}},
              "required": ["command", "status", "detail"], "additionalProperties": False}
-    properties: dict[str, Any] = {"goal": text(min(400, 2 * text_len))}
-    for name in _SCHEMA_ORDER:  # the order the system prompt lists them in
-        item = decision if name == "decisions" else check if name == "verification" else text()
-        properties[name] = listing(item)
+    items_of: dict[FieldKind, dict[str, Any]] = {"strings": text(), "decisions": decision, "verification": check}
+    properties: dict[str, Any] = {
+        f.key: text(min(400, 2 * text_len)) if f.kind == "text" else listing(items_of[f.kind]) for f in asked}
     return {"type": "object", "properties": properties, "required": list(properties),
             "additionalProperties": False}
 
@@ -204,7 +237,7 @@ def parse_capsule_answer(text: str) -> Capsule:
             continue
         if isinstance(obj, dict):
             obj.setdefault("schemaVersion", 1)
-            obj = {k: v for k, v in obj.items() if k != "covers"}
+            obj = {k: v for k, v in obj.items() if k not in _CODE_KEYS}
             return Capsule.from_json(obj, where="summarizer answer")
     raise CapsuleFormatError(f"summarizer answer: {last_error}")
 

@@ -4,9 +4,9 @@ The deterministic extractor (:mod:`.extract`) keeps every check an agent ran and
 so that a capsule never loses "``pytest -q`` failed" or "``ruff check .`` passed". This module
 owns that knowledge, on both sides of a run:
 
-* the command side: ``_verification_kind`` says whether one simple command (its words, wrappers
+* the command side: ``verification_kind`` says whether one simple command (its words, wrappers
   such as ``sudo`` or ``timeout`` already stripped) runs a check, and of which kind (``pytest``,
-  ``python -m mypy``, ``npm test``, ``cargo clippy``, ``make lint`` …); ``_check_text`` normalizes
+  ``python -m mypy``, ``npm test``, ``cargo clippy``, ``make lint`` …); ``check_text`` normalizes
   the check part of a command line (``cd pkg && pytest -q`` for ``cd pkg && pytest -q 2>&1 |
   tail -5``) so that reruns compare equal;
 * the result side: :func:`verification_outcome` / :func:`verification_status` read a tool
@@ -14,10 +14,10 @@ owns that knowledge, on both sides of a run:
   test runners and linters) into ``passed`` / ``failed`` / ``unknown``.
 
 Splitting a command line, following ``cd`` and finding the files it touches stay in
-:mod:`.shell_parse`, which calls the command side for each simple command. The command
-side's helpers are package-internal: :mod:`.shell_parse` imports them, and with them the two argv
-helpers ``_basename`` and ``_positionals`` that its file-effect rules share. They live here
-because this module is the leaf of the two: it must not import :mod:`.shell_parse`.
+:mod:`.shell_parse`, which calls the command side for each simple command: ``verification_kind``
+and ``check_text`` are this module's interface to it, with the two argv helpers ``program_name``
+and ``positionals`` that its file-effect rules share. They live here because this module is the
+leaf of the two: it must not import :mod:`.shell_parse`.
 
 Everything here is a pure function of its input: nothing is executed and the filesystem is never
 touched.
@@ -33,6 +33,10 @@ from ..session.payloads import VerificationStatus
 
 __all__ = [
     "MAX_CHECK_CHARS",
+    "check_text",
+    "positionals",
+    "program_name",
+    "verification_kind",
     "verification_outcome",
     "verification_status",
 ]
@@ -69,11 +73,11 @@ _MAKE_KINDS = {"test": "test", "tests": "test", "check": "test", "unittest": "te
                "lint": "lint", "typecheck": "typecheck", "mypy": "typecheck", "build": "build", "all": "build"}
 
 
-def _basename(word: str) -> str:
+def program_name(word: str) -> str:
     return word.rsplit("/", 1)[-1]
 
 
-def _positionals(args: Sequence[str], takes_value: frozenset[str] = frozenset()) -> list[str]:
+def positionals(args: Sequence[str], takes_value: frozenset[str] = frozenset()) -> list[str]:
     """Non-option arguments; ``takes_value`` names options (``-n``) whose next word is a value.
 
     Combined short flags (``-nA 3``) take a value when their last letter does; ``--`` ends options.
@@ -98,29 +102,29 @@ def _positionals(args: Sequence[str], takes_value: frozenset[str] = frozenset())
     return out
 
 
-def _verification_kind(words: Sequence[str], depth: int = 0) -> str | None:
+def verification_kind(words: Sequence[str], depth: int = 0) -> str | None:
     """The kind of check ``words`` (a simple command without wrappers) runs, or ``None``."""
     if not words or depth > 3:
         return None
-    name = _basename(words[0])
+    name = program_name(words[0])
     args = list(words[1:])
     if _PYTHON.match(name):
         return _python_kind(args)
     if name in _RUNNERS:
         rest = [a for a in args if not a.startswith("-")]
-        return _verification_kind(rest, depth + 1)
+        return verification_kind(rest, depth + 1)
     if args and (name, args[0]) in _RUN_PREFIXES:
         rest = args[1:]
         while rest and rest[0].startswith("-"):
             rest = rest[1:]
-        return _verification_kind(rest, depth + 1)
+        return verification_kind(rest, depth + 1)
     if name in _TEST_TOOLS:
         return "test"
     if name in _TYPE_TOOLS:
         return "typecheck"
     if name in _LINT_TOOLS:
         if name == "ruff":
-            pos = _positionals(args)
+            pos = positionals(args)
             if pos and pos[0] == "format" and "--check" not in args:
                 return None  # ``ruff format`` rewrites files
         return "lint"
@@ -145,7 +149,7 @@ def _python_kind(args: Sequence[str]) -> str | None:
     if "-c" in args:
         return None
     pos = [a for a in args if not a.startswith("-")]
-    script = _basename(pos[0]) if pos else ""
+    script = program_name(pos[0]) if pos else ""
     sub = pos[1] if len(pos) > 1 else ""
     if script == "runtests.py" or (script in ("setup.py", "manage.py") and sub == "test"):
         return "test"
@@ -154,7 +158,7 @@ def _python_kind(args: Sequence[str]) -> str | None:
 
 def _package_script_kind(name: str, args: Sequence[str]) -> str | None:
     """``npm test``, ``npm run lint``, ``yarn build``, ``pnpm lint`` …: the script's kind."""
-    pos = _positionals(args, frozenset({"--prefix", "-w", "--workspace", "--filter", "-C", "--cwd"}))
+    pos = positionals(args, frozenset({"--prefix", "-w", "--workspace", "--filter", "-C", "--cwd"}))
     if not pos:
         return None
     sub = pos[0]
@@ -182,7 +186,7 @@ def _build_tool_kind(name: str, args: Sequence[str]) -> str | None:
         sub = args[0] if args else ""
         return {"test": "test", "build": "build", "vet": "lint"}.get(sub)
     if name in ("make", "gmake"):
-        targets = [a for a in _positionals(args, frozenset({"-C", "-f", "-j", "-l", "-o", "-W", "-I"}))
+        targets = [a for a in positionals(args, frozenset({"-C", "-f", "-j", "-l", "-o", "-W", "-I"}))
                    if "=" not in a]
         if not targets:
             return "build"
@@ -212,7 +216,7 @@ def _build_tool_kind(name: str, args: Sequence[str]) -> str | None:
     return None
 
 
-def _check_text(checks: Sequence[tuple[str, str]]) -> str:
+def check_text(checks: Sequence[tuple[str, str]]) -> str:
     """The verification part of a line: ``(cwd, command)`` pairs joined by ``&&``, with one
     ``cd`` prefix when they share a directory, else a ``(cd dir && …)`` group per command."""
     commands = list(dict.fromkeys(checks))

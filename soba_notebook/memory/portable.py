@@ -39,7 +39,7 @@ from typing import get_args
 
 from ..compaction.capsule import Capsule, Decision, Verification
 from ..errors import CapsuleFormatError, SobaError
-from ..session.capsule_schema import validate_capsule_json
+from ..session.capsule_schema import CAPSULE_FIELDS, validate_capsule_json
 from ..session.payloads import Quality
 from .redact import redact_portable
 
@@ -47,8 +47,11 @@ __all__ = [
     "FORMAT_KEY",
     "FORMAT_VERSION",
     "ID_PATTERN",
+    "INT_RE",
+    "KERNEL_STATE_TITLE",
     "QUALITIES",
     "SECTIONS",
+    "SECTION_BY_TITLE",
     "SUFFIX",
     "CapsuleExistsError",
     "CapsuleFileError",
@@ -73,31 +76,19 @@ SEP = " — "
 #: A Markdown code fence. Kept out of bullets (a rendered "- ```" swallows the rest of the file).
 _FENCE = "```"
 
-#: Section titles in file order, with the Capsule attribute each holds.
-SECTIONS: tuple[tuple[str, str], ...] = (
-    ("Goal", "goal"),
-    ("Constraints", "constraints"),
-    ("Completed work", "done"),
-    ("Active work", "active"),
-    ("Pending work", "pending"),
-    ("Decisions", "decisions"),
-    ("Unresolved blockers", "blockers"),
-    ("Next steps", "next_steps"),
-    ("Files read", "files_read"),
-    ("Files modified", "files_modified"),
-    ("Verification", "verification"),
-    ("Active skills", "active_skills"),
-    ("Artifacts", "artifacts"),
-    ("Covered range", "covers"),
-    ("Rolled up from", "rolled_from"),
-    ("Kernel state (informative only)", "kernel_state"),
-)
-_BY_TITLE = {title.lower(): (title, attr) for title, attr in SECTIONS}
-_BY_TITLE["kernel state"] = ("Kernel state (informative only)", "kernel_state")
+#: The heading of the section that holds the source kernel's variables (not a capsule field).
+KERNEL_STATE_TITLE = "Kernel state (informative only)"
+#: Section titles in file order, with the Capsule attribute each holds: every capsule field under
+#: its title (:data:`~soba_notebook.session.capsule_schema.CAPSULE_FIELDS`), then the kernel state.
+SECTIONS: tuple[tuple[str, str], ...] = (*((f.title, f.attr) for f in CAPSULE_FIELDS),
+                                         (KERNEL_STATE_TITLE, "kernel_state"))
+#: Section title, lower-cased (and ``kernel state`` alone) -> (title, attribute): what a reader accepts.
+SECTION_BY_TITLE = {title.lower(): (title, attr) for title, attr in SECTIONS}
+SECTION_BY_TITLE["kernel state"] = (KERNEL_STATE_TITLE, "kernel_state")
 #: Written under the kernel-state heading: the names were live in the source kernel, not in the reader's.
 KERNEL_STATE_NOTE = ("<!-- The variables that existed in the source kernel when this capsule was made: type and "
                      "shape only. Informative only: loading this capsule cannot recreate them. -->")
-_INT_RE = re.compile(r"[+-]?[0-9]+")
+INT_RE = re.compile(r"[+-]?[0-9]+")
 _PREAMBLE = ("# Portable Context Capsule\n\n"
              "<!-- Edit freely: one \"- \" item per line. A value in double quotes is a JSON string (used for\n"
              "     text with newlines, outer spaces or a leading quote). Text before the first \"## \" section\n"
@@ -202,7 +193,7 @@ def _scalar(value: str | int | bool | None) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
-    if is_plain(value) and value not in ("null", "true", "false") and not _INT_RE.fullmatch(value):
+    if is_plain(value) and value not in ("null", "true", "false") and not INT_RE.fullmatch(value):
         return value
     return _json_string(value)
 
@@ -236,17 +227,20 @@ def _verification_line(v: Verification) -> str:
 def _section_body(capsule: Capsule, attr: str) -> list[str]:
     if attr == "kernel_state":
         return []  # not a capsule field: export_text writes it from the PortableCapsule
-    if attr == "goal":
-        return [capsule.goal if _plain_goal(capsule.goal) else _json_string(capsule.goal)]
-    if attr == "decisions":
-        return [_decision_line(d) for d in capsule.decisions]
-    if attr == "verification":
-        return [_verification_line(v) for v in capsule.verification]
-    if attr == "covers":
-        c = capsule.covers
-        return [f"- first entry: {_scalar(c.first_id)}", f"- last entry: {_scalar(c.last_id)}",
-                f"- entries: {c.count}"]
-    return [f"- {_text(item)}" for item in getattr(capsule, attr)]
+    kind, value = _KINDS[attr], getattr(capsule, attr)
+    if kind == "text":
+        return [value if _plain_goal(value) else _json_string(value)]
+    if kind == "decisions":
+        return [_decision_line(d) for d in value]
+    if kind == "verification":
+        return [_verification_line(v) for v in value]
+    if kind == "range":
+        return [f"- first entry: {_scalar(value.first_id)}", f"- last entry: {_scalar(value.last_id)}",
+                f"- entries: {value.count}"]
+    return [f"- {_text(item)}" for item in value]
+
+
+_KINDS = {f.attr: f.kind for f in CAPSULE_FIELDS}
 
 
 def _check_exportable(pc: PortableCapsule) -> None:

@@ -13,15 +13,16 @@ import re
 from typing import Any, cast
 
 from ..compaction.capsule import Capsule, Decision, EntryRange, Verification
-from ..session.capsule_schema import STATUSES
+from ..session.capsule_schema import CAPSULE_FIELDS, STATUSES
 from ..session.payloads import VerificationStatus
 from .portable import (
-    _BY_TITLE,
-    _INT_RE,
     FORMAT_KEY,
     FORMAT_VERSION,
     ID_PATTERN,
+    INT_RE,
+    KERNEL_STATE_TITLE,
     QUALITIES,
+    SECTION_BY_TITLE,
     SECTIONS,
     SEP,
     CapsuleFileError,
@@ -29,7 +30,7 @@ from .portable import (
 
 __all__ = ["Reader"]
 
-_STRING_LIST_ATTRS = frozenset(attr for _, attr in SECTIONS) - {"goal", "decisions", "verification", "covers"}
+_FIELDS = {f.attr: f for f in CAPSULE_FIELDS}
 _HEADER_KEYS = (FORMAT_KEY, "id", "title", "created", "source-session", "source-checkpoint", "as-of", "trigger",
                 "quality", "tokens", "hash", "edited")
 _RANGE_KEYS = {"first entry": "first_id", "last entry": "last_id", "entries": "count"}
@@ -80,7 +81,7 @@ class Reader:
             return None
         if raw in ("true", "false"):
             return raw == "true"
-        if _INT_RE.fullmatch(raw):
+        if INT_RE.fullmatch(raw):
             return int(raw)
         return raw
 
@@ -170,7 +171,7 @@ class Reader:
             line_no, line = i + 1, self.lines[i]
             if line.startswith("## ") or line.rstrip() == "##":
                 title = line[2:].strip().rstrip("#").strip()
-                known = _BY_TITLE.get(title.lower())
+                known = SECTION_BY_TITLE.get(title.lower())
                 if known is None:
                     raise self.fail(line_no, f"unknown section '## {title}' (known: "
                                              f"{', '.join(t for t, _ in SECTIONS)})")
@@ -279,23 +280,21 @@ class Reader:
         found = self.sections(start)
         kernel_state: tuple[str, ...] = ()
         if "kernel_state" in found:
-            title = _BY_TITLE["kernel state"][0]
+            title = KERNEL_STATE_TITLE
             kernel_state = tuple(self.text(t, n, title) for n, t in self.items(title, found.pop("kernel_state")[1]))
         if "goal" not in found:
             raise self.fail(min(start + 1, len(self.lines)), "missing required section '## Goal'")
         kwargs: dict[str, Any] = {}
-        titles = {attr: title for title, attr in SECTIONS}
         for attr, (_, body) in found.items():
-            title = titles[attr]
-            if attr == "goal":
+            f = _FIELDS[attr]
+            if f.kind == "text":
                 kwargs[attr] = self.goal(body)
-            elif attr == "decisions":
-                kwargs[attr] = tuple(self.decision(n, t) for n, t in self.items(title, body))
-            elif attr == "verification":
-                kwargs[attr] = tuple(self.verification(n, t) for n, t in self.items(title, body))
-            elif attr == "covers":
-                kwargs[attr] = self.covers(title, body)
+            elif f.kind == "decisions":
+                kwargs[attr] = tuple(self.decision(n, t) for n, t in self.items(f.title, body))
+            elif f.kind == "verification":
+                kwargs[attr] = tuple(self.verification(n, t) for n, t in self.items(f.title, body))
+            elif f.kind == "range":
+                kwargs[attr] = self.covers(f.title, body)
             else:
-                assert attr in _STRING_LIST_ATTRS
-                kwargs[attr] = tuple(self.text(t, n, title) for n, t in self.items(title, body))
+                kwargs[attr] = tuple(self.text(t, n, f.title) for n, t in self.items(f.title, body))
         return Capsule(**kwargs), kernel_state

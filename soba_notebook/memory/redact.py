@@ -48,7 +48,6 @@ __all__ = [
     "MIN_SECRET_LENGTH",
     "SECRET_SUFFIXES",
     "TOKEN_PATTERNS",
-    "Redactor",
     "marker",
     "redact_capsule",
     "redact_json",
@@ -57,21 +56,18 @@ __all__ = [
     "secret_variables",
 ]
 
-Redactor = Scrubber  # the name capsule code has always used
-
-
 def _capsule(scrubber: Scrubber, capsule: Capsule) -> Capsule:
     return Capsule.from_json(scrubber.json(capsule.to_json()), where="redacted capsule")
 
 
 def redact_text(text: str, environ: Mapping[str, str] | None = None) -> str:
     """``text`` with every environment secret and token pattern replaced by its marker."""
-    return Redactor.from_environ(environ).text(text)
+    return Scrubber.from_environ(environ).text(text)
 
 
 def redact_json(value: Any, environ: Mapping[str, str] | None = None) -> Any:
     """:func:`redact_text` applied to every string inside a JSON-like value."""
-    return Redactor.from_environ(environ).json(value)
+    return Scrubber.from_environ(environ).json(value)
 
 
 def redact_capsule(capsule: Capsule, environ: Mapping[str, str] | None = None) -> Capsule:
@@ -82,7 +78,7 @@ def redact_capsule(capsule: Capsule, environ: Mapping[str, str] | None = None) -
 
 def redact_portable(pc: PortableCapsule, environ: Mapping[str, str] | None = None) -> PortableCapsule:
     """A Portable Capsule with its capsule and its free-text metadata (title) redacted."""
-    r = Redactor.from_environ(environ)
+    r = Scrubber.from_environ(environ)
     capsule = _capsule(r, pc.capsule)
     title = r.text(pc.title)
     kernel_state = tuple(r.text(item) for item in pc.kernel_state)

@@ -410,11 +410,6 @@ class NotebookSession:
             else:
                 renderer.finish()
 
-    def call(self, fn: Callable[[], Awaitable[Any]], timeout: float | None = None, *,
-             summary: str | None = None) -> Any:
-        """Run a coroutine function on the agent's loop, serialized with turns (see ``run_job``)."""
-        return self.run_job(lambda _token: fn(), "call", timeout=timeout, summary=summary)
-
     def budget_snapshot(self) -> BudgetSnapshot | None:
         """The budget every display reads (module docstring): with no job running, measured and
         published now on the agent's thread (so it is current, and the widget shows it too);
@@ -428,8 +423,9 @@ class NotebookSession:
         async def publish() -> BudgetSnapshot:
             return engine.publish()
 
-        # only this (the kernel) thread submits jobs, so none starts before this returns
-        return self.runtime.call(publish)
+        # through the one job queue, like every other use of the engine; only this (the kernel)
+        # thread submits jobs, so nothing can start ahead of it
+        return self.runtime.submit_job(lambda _token: publish(), "budget").future.result()
 
     def status(self) -> dict[str, Any]:
         handle = self.ensure()

@@ -24,9 +24,10 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, get_args
 
 from ..events import Event, EventBus
+from ..session.payloads import Outcome
 from .words import as_float as _as_float
 from .words import as_int as _as_int
 from .words import as_str as _as_str
@@ -56,7 +57,7 @@ __all__ = [
 ]
 
 #: Terminal outcomes of a compaction (DESIGN.md, "Compaction pipeline").
-OUTCOMES: tuple[str, ...] = ("completed", "skipped", "cancelled", "stale", "failed")
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
 #: What the display is doing: idle, a compaction running, or the outcome of the last one.
 PHASES: tuple[str, ...] = ("idle", "compacting", *OUTCOMES)
 #: How many per-inference budget points the sparkline keeps.

@@ -46,11 +46,3 @@ def open_side_panel(widget: Any, key: str, *, title: str = PANEL_TITLE) -> bool:
         with panel:
             display(widget)
     return True
-
-
-def close_side_panel(key: str) -> None:
-    """Close and forget the panel ``key`` (when its session is closed)."""
-    with _lock:
-        panel = _panels.pop(key, None)
-    if panel is not None:
-        panel.close()

@@ -7,7 +7,9 @@ checkpoints, config changes, unknown types from newer versions) are skipped.
 
 from __future__ import annotations
 
+import threading
 import warnings
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +20,7 @@ from .entries import Entry
 from .payloads import capsule_data
 
 __all__ = ["ModelContext", "build_context", "capsule_is_usable", "context_key", "context_start",
-           "latest_capsule_index", "pair_problems"]
+           "first_kept_index", "latest_capsule_index", "pair_problems"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +37,12 @@ class ModelContext:
         return [e.message for e in self.messages]
 
 
-#: capsule entry object -> whether its state is a valid capsule (checked once per entry object)
-_CAPSULE_OK: dict[int, tuple[Entry, bool]] = {}
+#: capsule entry object -> whether its state is a valid capsule, for the most recently checked
+#: :data:`CAPSULE_CHECKS_KEPT` entries (the entry is held so its id cannot be reused meanwhile);
+#: beyond that the oldest is forgotten and would be checked again
+_CAPSULE_OK: OrderedDict[int, tuple[Entry, bool]] = OrderedDict()
+_CAPSULE_OK_LOCK = threading.Lock()
+CAPSULE_CHECKS_KEPT = 256
 
 
 def capsule_is_usable(entry: Entry) -> bool:
@@ -46,9 +52,11 @@ def capsule_is_usable(entry: Entry) -> bool:
     capsule before it (or the root) is in force again, so the budget grows and the engine
     compacts again, instead of every later turn failing on it.
     """
-    cached = _CAPSULE_OK.get(id(entry))
-    if cached is not None and cached[0] is entry:
-        return cached[1]
+    with _CAPSULE_OK_LOCK:
+        cached = _CAPSULE_OK.get(id(entry))
+        if cached is not None and cached[0] is entry:
+            _CAPSULE_OK.move_to_end(id(entry))
+            return cached[1]
     try:
         problems = validate_capsule_json(capsule_data(entry).get("state"))
     except RecursionError:
@@ -57,7 +65,11 @@ def capsule_is_usable(entry: Entry) -> bool:
         where = f"line {entry.line}: " if entry.line else ""
         warnings.warn(f"{where}capsule entry {entry.id} is invalid ({'; '.join(problems[:3])}); it is skipped for "
                       f"model input and the session compacts again when needed", SessionWarning, stacklevel=3)
-    _CAPSULE_OK[id(entry)] = (entry, not problems)
+    with _CAPSULE_OK_LOCK:
+        _CAPSULE_OK[id(entry)] = (entry, not problems)
+        _CAPSULE_OK.move_to_end(id(entry))
+        while len(_CAPSULE_OK) > CAPSULE_CHECKS_KEPT:
+            _CAPSULE_OK.popitem(last=False)
     return not problems
 
 
@@ -76,23 +88,33 @@ def context_key(capsule: Entry | None) -> str:
 def context_start(path: Sequence[Entry]) -> tuple[int, Entry | None]:
     """Where the model input begins on ``path``, and the capsule in force (None: the root).
 
-    The one place that resolves a capsule's ``firstKeptEntryId``; the context builder and the
-    compaction planner both ask it, so they can never disagree about what the model sees.
+    The context builder and the compaction planner both ask it, so they can never disagree about
+    what the model sees.
     """
     cap_i = latest_capsule_index(path)
     if cap_i is None:
         return 0, None
-    capsule = path[cap_i]
+    return first_kept_index(path, cap_i, warn=True), path[cap_i]
+
+
+def first_kept_index(path: Sequence[Entry], capsule_index: int, *, warn: bool = False) -> int:
+    """Where the verbatim tail of the capsule at ``capsule_index`` starts on ``path``.
+
+    The one place that resolves a capsule's ``firstKeptEntryId`` (the model input, the planner and
+    the analysis views ask it): the index of that entry before the capsule, or just after the
+    capsule when it keeps none or names an entry not on the path (``warn``: say so).
+    """
+    capsule = path[capsule_index]
     first_kept = capsule_data(capsule).get("firstKeptEntryId")
     if isinstance(first_kept, str):
-        for i in range(cap_i - 1, -1, -1):
+        for i in range(capsule_index - 1, -1, -1):
             if path[i].id == first_kept:
-                return i, capsule
-        # A hand-edited or damaged transcript: say so rather than shrink the input quietly.
-        warnings.warn(f"capsule {capsule.id}: firstKeptEntryId {first_kept!r} is not on the path to the "
-                      f"leaf; the model input starts after the capsule (the transcript keeps every entry)",
-                      SessionWarning, stacklevel=3)
-    return cap_i + 1, capsule
+                return i
+        if warn:  # a hand-edited or damaged transcript: say so rather than shrink the input quietly
+            warnings.warn(f"capsule {capsule.id}: firstKeptEntryId {first_kept!r} is not on the path to the "
+                          f"leaf; the model input starts after the capsule (the transcript keeps every entry)",
+                          SessionWarning, stacklevel=4)
+    return capsule_index + 1
 
 
 def build_context(path: Sequence[Entry]) -> ModelContext:

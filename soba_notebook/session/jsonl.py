@@ -2,8 +2,8 @@
 
 :class:`~.store.SessionStore` owns the file, its lock and its entry tree; this module owns only
 how the bytes of a JSONL session read: the header's checks (:data:`FORMAT_VERSION`), the fast
-line-by-line JSON scan with a per-line fallback that reports what it skips, and the copy of a torn
-last line beside the session.
+line-by-line JSON scan with a per-line fallback that reports what it skips, the copy of a torn
+last line beside the session, and opening a session file for reading (never a FIFO).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import SessionError, SessionWarning
 
-__all__ = ["FORMAT_VERSION", "parse_header", "parse_lines", "quarantine"]
+__all__ = ["FORMAT_VERSION", "open_session_file", "parse_header", "parse_lines", "quarantine"]
 
 #: Version of the on-disk format written in every header. Readers accept older and newer files
 #: (newer ones read-only, with unknown entry types kept and ignored).
@@ -136,3 +136,14 @@ def _parse_slow(file: Path, chunks: list[bytes], first_line: int,
         except RecursionError:
             problem(f"{file}:{first_line + i}: JSON nested too deeply to be an entry; line skipped, "
                           f"file unchanged")
+
+
+def open_session_file(file: Path) -> Any:
+    """``file`` opened for reading, refused unless it is a regular file: a FIFO would hang the kernel."""
+    fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise SessionError(f"{file}: not a regular file (a FIFO, socket or device); a session is a .jsonl file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")

@@ -193,11 +193,7 @@ class WriterLease:
     def _write(fd: int, holder: Holder) -> None:
         data = json.dumps(holder.to_json()).encode()
         os.ftruncate(fd, 0)
-        if hasattr(os, "pwrite"):
-            os.pwrite(fd, data, 0)
-        else:  # Windows
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, data)
+        os.pwrite(fd, data, 0)
 
     @classmethod
     def _replace(cls, path: Path, holder: Holder) -> int:

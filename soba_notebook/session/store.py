@@ -43,9 +43,8 @@ from ..errors import SessionError, SessionHeldError, SessionLockedError, Session
 from ..locking import lock_exclusive, lock_shared, unlock
 from ..surrogates import clean_surrogates
 from .entries import Entry, new_id, now_iso
-from .jsonl import FORMAT_VERSION, parse_header, parse_lines, quarantine
+from .jsonl import FORMAT_VERSION, open_session_file, parse_header, parse_lines, quarantine
 from .lease import WriterLease
-from .listing import open_regular
 from .payloads import leaf_data
 
 __all__ = ["FORMAT_VERSION", "BatchEntryError", "SessionStore"]
@@ -70,7 +69,6 @@ class SessionStore:
         self._by_id: dict[str, Entry] = {}
         self._leaf: str | None = None
         self._path_ids: list[str] | None = []
-        self._path_pos: dict[str, int] = {}
         self._offset = 0  # bytes consumed: always just after a newline (or 0)
         self._line_no = 0
         self._needs_newline = False  # a torn tail was skipped; next write starts a fresh line
@@ -115,7 +113,7 @@ class SessionStore:
         """Open an existing session file, reporting (not raising) skipped or repaired lines."""
         file = Path(path)
         try:
-            fh = open_regular(file)
+            fh = open_session_file(file)
         except FileNotFoundError:
             raise SessionError(f"{file}: no such session file") from None
         except OSError as exc:
@@ -239,7 +237,6 @@ class SessionStore:
             return True
         path = self._path_ids
         if path is not None and parent == self._leaf:
-            self._path_pos[eid] = len(path)
             path.append(eid)
         else:
             self._path_ids = None  # recomputed lazily
@@ -324,16 +321,10 @@ class SessionStore:
         """
         return self._current_path()
 
-    def path_position(self, entry_id: str) -> int | None:
-        """Index of ``entry_id`` on the current path, or None when it is on another branch."""
-        self._current_path()
-        return self._path_pos.get(entry_id)
-
     def _current_path(self) -> list[str]:
         if self._path_ids is None:
             ids = self._walk(self._leaf) if self._leaf else []
             self._path_ids = ids
-            self._path_pos = {eid: i for i, eid in enumerate(ids)}
         return self._path_ids
 
     def _walk(self, leaf_id: str) -> list[str]:
@@ -555,7 +546,7 @@ class SessionStore:
             try:
                 yield
             finally:
-                unlock(fd)  # before closing: Windows releases a closed handle's locks only eventually
+                unlock(fd)
         finally:
             os.close(fd)
 
