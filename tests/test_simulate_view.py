@@ -210,3 +210,21 @@ def test_simulation_plot_marks_compactions(session: SessionStore) -> None:
     assert f"compaction: hard_limit (1){never_sent}" in labels
     assert "hard limit (2,500)" in labels and "soft limit (2,000)" in labels
     plt.close("all")
+
+
+def test_simulation_shows_a_short_summary_and_where_the_frames_are_not_every_row(session: SessionStore) -> None:
+    sim = views.simulate(session, 3000, 200, **TINY)
+    text, page = repr(sim), sim._repr_html_()
+    assert len(text) < 800 and len(page) < 1_500  # the dataclass repr printed every row and the config
+    assert "hard limit 2,500" in text and "soft limit 2,000" in text and "window 3,000" in text
+    assert "compactions 2 (hard_limit 1, auto_threshold 1)" in text
+    assert "tool calls kept with their results: yes" in text
+    assert ".inferences" in text and ".capsules" in text and ".plot()" in text
+    assert "hard limit 2,500" in page and "<table>" in page and "<code>.inferences" in page
+    assert "word word" not in text + page  # no capsule or entry text
+
+
+def test_simulation_of_a_long_session_still_shows_in_a_few_lines(pi_session: Path) -> None:
+    sim = views.simulate(pi_session, 65_000, 8_000)
+    assert len(repr(sim)) < 800 and len(sim._repr_html_()) < 1_500
+    assert f"inferences  {len(sim.inferences):,}" in repr(sim)
