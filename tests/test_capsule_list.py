@@ -12,6 +12,7 @@ from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from IPython.core.interactiveshell import InteractiveShell
 
 from soba_notebook.notebook import controller as controller_module
+from soba_notebook.session import SessionStore
 
 
 @pytest.fixture
@@ -66,7 +67,9 @@ def test_capsule_list_with_nothing_yet_says_how_to_make_one(shell: InteractiveSh
     assert capsys.readouterr().out.splitlines()[-1] == "no capsules yet: %compact or %capsule create make one"
 
 
-def _store(shell: InteractiveShell):  # type: ignore[no-untyped-def]
+def _store(shell: InteractiveShell) -> SessionStore:
     from soba_notebook.notebook import _LOADED
 
-    return _LOADED[id(shell)].session.handle.store
+    handle = _LOADED[id(shell)].session.handle
+    assert handle is not None
+    return handle.store

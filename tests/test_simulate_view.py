@@ -26,6 +26,7 @@ Inferences (one per assistant reply), with compactOnTurnComplete off:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 from pathlib import Path
 
@@ -251,7 +252,7 @@ def test_two_budget_plots_side_by_side_keep_tick_labels_apart_and_the_legend_und
                  if low <= loc <= high]
         boxes = sorted((label.get_window_extent(renderer) for label in shown), key=lambda b: b.x0)
         assert len(boxes) >= 3
-        gaps = [right.x0 - left.x1 for left, right in zip(boxes, boxes[1:], strict=False)]
+        gaps = [right.x0 - left.x1 for left, right in itertools.pairwise(boxes)]
         assert min(gaps) > 5, [label.get_text() for label in shown]  # pixels between neighbouring labels
         frame = ax.get_window_extent(renderer)
         assert frame.width > 0.4 * fig.bbox.width  # the axes keep their half of the figure
