@@ -33,7 +33,11 @@ PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e '.[notebook]'
+# setuptools' boxed "Editable installation" notice (pip >= 25 forwards the build backend's warnings;
+# it comes with every editable install of this flat layout) is advice, not a problem: it alone is
+# silenced, by the start of its message. Every other warning and every error still shows.
+QUIET_EDITABLE="ignore:Editable installation"
+PYTHONWARNINGS="${PYTHONWARNINGS:+$PYTHONWARNINGS,}$QUIET_EDITABLE" .venv/bin/python -m pip install --quiet -e '.[notebook]'
 
 if [ "$LOCAL_MODEL" = yes ]; then
   bash scripts/install-local-model.sh

@@ -42,6 +42,7 @@ from .analysis import (
     plot_budget,
     simulate,
     simulate_many,
+    simulation_config,
     synthetic_session,
     transcript,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "plot_budget",
     "simulate",
     "simulate_many",
+    "simulation_config",
     "synthetic_session",
     "transcript",
 ]

@@ -14,6 +14,14 @@ NOTEBOOK = REPO / "notebooks" / "analysis.ipynb"
 pytestmark = pytest.mark.kernel
 
 
+@pytest.fixture(autouse=True)
+def _kernel_imports_this_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernels inherit this environment: they import this checkout's package, not an installed copy."""
+    import os
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+
+
 def _run(notebook: Path, cwd: Path, timeout: int = 600):
     try:
         import nbclient
@@ -58,6 +66,8 @@ def test_analysis_notebook_on_the_pi_transcript(monkeypatch: pytest.MonkeyPatch,
     text = _text(nb)
     assert f"analysing {PI_SESSION}" in text
     assert "65k window, keep 8k" in text and "usable as ground truth" in text
+    # another agent's transcript is drawn against the limits of the config simulated beside it
+    assert "limits drawn: the simulated config “65k window, keep 20k” (hard 48,808, soft 39,046)" in text
 
 
 def test_analysis_notebook_without_a_transcript(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

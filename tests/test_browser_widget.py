@@ -324,6 +324,26 @@ def _side_panel_state(notebook: LabNotebook) -> dict[str, Any]:
             "seen": page.evaluate("() => window.__sobaSide || []")}
 
 
+# Where the side panel sits and how wide the notebook is: the budget must dock in Lab's right
+# sidebar (#jp-right-stack), never split the main dock panel beside the notebook.
+LAYOUT = """
+() => {
+  const width = (el) => el ? Math.round(el.getBoundingClientRect().width) : null;
+  const side = [...document.querySelectorAll('.soba-budget[data-soba-budget]')]
+    .filter((el) => !el.closest('.jp-Notebook'));
+  const right = document.querySelector('#jp-right-stack');
+  return {
+    notebook: width(document.querySelector('#jp-main-dock-panel .jp-NotebookPanel')),
+    dock: width(document.querySelector('#jp-main-dock-panel')),
+    right: right && right.offsetParent !== null ? width(right) : 0,
+    tabBars: document.querySelectorAll('#jp-main-dock-panel .lm-DockPanel-tabBar').length,
+    inRight: side.map((el) => Boolean(el.closest('#jp-right-stack'))),
+    inMain: side.map((el) => Boolean(el.closest('#jp-main-dock-panel'))),
+  };
+}
+"""
+
+
 def _shoot_states(notebook: LabNotebook) -> None:
     """Screenshots of the widget in its states, saved as artifacts (one goes into docs/)."""
     page = notebook.page
@@ -347,10 +367,12 @@ def test_quickstart_opened_in_jupyterlab_keeps_the_budget_in_a_side_panel_with_h
                               timeout=180) as notebook:
         page = notebook.page
         page.evaluate(SIDE_RECORDER)
+        before = page.evaluate(LAYOUT)
         notebook.run_all_cells()
         _shoot_states(notebook)
         page.wait_for_selector(".jp-RenderedImage img", state="attached", timeout=300_000)
         found = _side_panel_state(notebook)
+        layout = page.evaluate(LAYOUT)
         page.screenshot(path=str(ARTIFACTS / "quickstart_in_lab.png"))
         side = page.locator(".soba-budget[data-soba-budget]").filter(has_not=page.locator(".jp-Notebook")).first
         side.screenshot(path=str(ARTIFACTS / "budget_side_panel.png"))
@@ -375,10 +397,18 @@ def test_quickstart_opened_in_jupyterlab_keeps_the_budget_in_a_side_panel_with_h
         expect(said).to_contain_text("analysing", use_inner_text=True, timeout=30_000)
         analysing = said.inner_text()
         second.screenshot(path=str(ARTIFACTS / "analysis_in_lab.png"))
-    (ARTIFACTS / "quickstart_in_lab.txt").write_text(repr(found) + "\n" + analysing + "\n" +
-                                                     "\n".join(notebook.console[-60:]))
+    (ARTIFACTS / "quickstart_in_lab.txt").write_text(repr(found) + "\n" + repr((before, layout)) + "\n" + analysing
+                                                     + "\n" + "\n".join(notebook.console[-60:]))
 
     assert len(found["side"]) == 1, found["side"]  # the live budget is in a side panel, once
+    # docked in the right sidebar, not split beside the notebook in the main area
+    assert layout["inRight"] == [True] and layout["inMain"] == [False], layout
+    # no split: one tab area, and the notebook fills the dock panel as before (less the same padding)
+    assert layout["tabBars"] == 1, layout
+    assert layout["dock"] - layout["notebook"] == before["dock"] - before["notebook"], (before, layout)
+    # the notebook loses only the sidebar's width (a split took half of it)
+    assert layout["right"] > 0 and layout["notebook"] >= before["notebook"] - layout["right"] - 4, (before, layout)
+    assert layout["notebook"] > 0.6 * before["notebook"], (before, layout)
     final = found["side"][0]
     assert final["phase"] != "compacting" and final["checkpoint"].startswith("ck_")
     assert int(final["effective"]) <= int(final["hard"])

@@ -26,6 +26,8 @@ Inferences (one per assistant reply), with compactOnTurnComplete off:
 from __future__ import annotations
 
 import asyncio
+import itertools
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -210,3 +212,53 @@ def test_simulation_plot_marks_compactions(session: SessionStore) -> None:
     assert f"compaction: hard_limit (1){never_sent}" in labels
     assert "hard limit (2,500)" in labels and "soft limit (2,000)" in labels
     plt.close("all")
+
+
+def test_simulation_shows_a_short_summary_and_where_the_frames_are_not_every_row(session: SessionStore) -> None:
+    sim = views.simulate(session, 3000, 200, **TINY)
+    text, page = repr(sim), sim._repr_html_()
+    assert len(text) < 800 and len(page) < 1_500  # the dataclass repr printed every row and the config
+    assert "hard limit 2,500" in text and "soft limit 2,000" in text and "window 3,000" in text
+    assert "compactions 2 (hard_limit 1, auto_threshold 1)" in text
+    assert "tool calls kept with their results: yes" in text
+    assert ".inferences" in text and ".capsules" in text and ".plot()" in text
+    assert "hard limit 2,500" in page and "<table>" in page and "<code>.inferences" in page
+    assert "word word" not in text + page  # no capsule or entry text
+
+
+def test_simulation_of_a_long_session_still_shows_in_a_few_lines(pi_session: Path) -> None:
+    sim = views.simulate(pi_session, 65_000, 8_000)
+    assert len(repr(sim)) < 800 and len(sim._repr_html_()) < 1_500
+    assert f"inferences  {len(sim.inferences):,}" in repr(sim)
+
+
+def test_two_budget_plots_side_by_side_keep_tick_labels_apart_and_the_legend_under_the_axes(
+        pi_session: Path) -> None:
+    """analysis.ipynb's comparison on a 175k-token pi session: 14 x 4 inches, two plots."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4), sharey=True)
+    for ax, keep in zip(axes, (20_000, 8_000), strict=True):
+        views.simulate(pi_session, 65_000, 8_000, keepRecentTokens=keep).plot(ax=ax, title=f"keep {keep:,}")
+    fig.tight_layout()
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    for ax in axes:
+        low, high = ax.get_xlim()
+        shown = [label for loc, label in zip(ax.xaxis.get_majorticklocs(), ax.get_xticklabels(), strict=True)
+                 if low <= loc <= high]
+        boxes = sorted((label.get_window_extent(renderer) for label in shown), key=lambda b: b.x0)
+        assert len(boxes) >= 3
+        gaps = [right.x0 - left.x1 for left, right in itertools.pairwise(boxes)]
+        assert min(gaps) > 5, [label.get_text() for label in shown]  # pixels between neighbouring labels
+        frame = ax.get_window_extent(renderer)
+        assert frame.width > 0.4 * fig.bbox.width  # the axes keep their half of the figure
+        legend = ax.get_legend().get_window_extent(renderer)
+        assert legend.x1 <= frame.x1 + 1 and legend.y1 < frame.y0  # under the axes, not beside them
+        assert legend.y1 < min(b.y0 for b in boxes)  # and under the tick labels
+    y_labels = [label.get_text() for label in axes[0].get_yticklabels()]
+    assert any(re.fullmatch(r"\d{1,3}(,\d{3})+", text) for text in y_labels), y_labels
+    plt.close(fig)

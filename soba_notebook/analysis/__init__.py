@@ -11,7 +11,15 @@ from .demo import DemoSession, demo_session, newest_session, synthetic_session
 from .estimator import ESTIMATOR_COLUMNS, estimator_report, estimator_summary
 from .fleet import FLEET_COLUMNS, simulate_many
 from .frames import CAPSULE_COLUMNS, TRANSCRIPT_COLUMNS, capsules, flight_records, transcript
-from .simulation import COMPARE_COLUMNS, INFERENCE_COLUMNS, CapsuleView, SimulationView, compare, simulate
+from .simulation import (
+    COMPARE_COLUMNS,
+    INFERENCE_COLUMNS,
+    CapsuleView,
+    SimulationView,
+    compare,
+    simulate,
+    simulation_config,
+)
 
 __all__ = [
     "BUDGET_COLUMNS",
@@ -37,6 +45,7 @@ __all__ = [
     "plot_budget",
     "simulate",
     "simulate_many",
+    "simulation_config",
     "synthetic_session",
     "transcript",
 ]

@@ -296,16 +296,23 @@ def plot_budget(data: pd.DataFrame | SessionLike, ax: Any = None, *, title: str 
                            color="tab:gray", zorder=3, label=f"{trig}, not completed ({len(other)})")
     if not len(frame):
         ax.text(0.5, 0.5, "no inferences", transform=ax.transAxes, ha="center", va="center")
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+    from matplotlib.transforms import offset_copy
 
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # inferences are counted, not measured
+    # as many ticks as the axes' width holds ("auto"), so two plots side by side do not run their
+    # labels together; inferences are counted, not measured
+    ax.xaxis.set_major_locator(MaxNLocator(nbins="auto", integer=True, steps=[1, 2, 5, 10]))
+    ax.yaxis.set_major_locator(MaxNLocator(nbins="auto"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}"))
     ax.set_xlabel("inference")
     ax.set_ylabel("tokens")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
-    # beside the axes, not over them: the labels are long and the curve fills the plot
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="x-small", framealpha=0.8,
-              borderaxespad=0.0)
+    # under the axes (below the x label), not beside them: beside, the long labels took half the
+    # width of each of two plots side by side; over them, they would hide the curve
+    below = offset_copy(ax.transAxes, fig=ax.figure, y=-34, units="points")
+    ax.legend(loc="upper left", bbox_to_anchor=(0.0, 0.0), bbox_transform=below, fontsize="x-small",
+              framealpha=0.8, borderaxespad=0.0, ncol=2)
     if title:
         ax.set_title(title)
     return ax

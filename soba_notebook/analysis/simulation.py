@@ -9,9 +9,10 @@ session side by side.
 from __future__ import annotations
 
 import difflib
+import html
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 import pandas as pd
 
@@ -204,6 +205,40 @@ class SimulationView:
     def summary(self) -> pd.Series:
         """The :func:`compare` row of this simulation."""
         return _summary_row(self.inferences, self.config)
+
+    # A cell that ends in ``views.simulate(...)`` shows these, not the dataclass's field-by-field
+    # repr (every inference row, capsule and config value: 28,734 characters for one pi session).
+    def _figures(self) -> list[tuple[str, str]]:
+        row = self.summary()
+        by_trigger = ", ".join(f"{t} {int(row[f'compactions_{t}']):,}" for t in _REPLAY_TRIGGERS
+                               if row[f"compactions_{t}"])
+        return [
+            ("config", f"window {int(row['context_window']):,} · hard limit {int(row['hard_limit']):,} · "
+                       f"soft limit {int(row['soft_limit']):,} · keep recent {int(row['keep_recent_tokens']):,}"),
+            ("inferences", f"{int(row['inferences']):,}"),
+            ("compactions", f"{int(row['compactions']):,}" + (f" ({by_trigger})" if by_trigger else "")
+             + f" · skipped {int(row['skipped']):,} · failed {int(row['failed']):,}"),
+            ("tokens", f"largest request sent {int(row['max_sent_tokens']):,} · largest measured "
+                       f"{int(row['max_effective_tokens']):,} · reclaimed {int(row['tokens_reclaimed']):,}"),
+            ("checks", f"over the hard limit: {'yes' if row['any_oversized'] else 'no'} · blocked "
+                       f"{int(row['blocked']):,} · tool calls kept with their results: "
+                       f"{'yes' if row['pairs_intact'] else 'NO'}"),
+        ]
+
+    _HINT: ClassVar[str] = ".inferences (DataFrame, one row per inference) · .capsules · .summary() · .plot()"
+
+    def __repr__(self) -> str:
+        lines = ["SimulationView (views.simulate)"]
+        lines += [f"  {name:<12}{value}" for name, value in self._figures()]
+        return "\n".join([*lines, f"  {'more':<12}{self._HINT}"])
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(name)}</th>"
+                       f"<td style='text-align:left'>{html.escape(value)}</td></tr>"
+                       for name, value in self._figures())
+        hint = html.escape(self._HINT)
+        return (f"<div><b>SimulationView</b><table>{rows}</table>"
+                f"<small>more: <code>{hint}</code></small></div>")
 
 
 def _inferences_frame(result: SimulationResult) -> pd.DataFrame:

@@ -76,6 +76,8 @@ __all__ = [
 
 #: Every turn's first reply (and its final answer) starts with this label.
 MARKER = "[offline scripted model] "
+#: How the first reply of a session introduces the model (in full once; later turns get one line).
+_INTRODUCTION = "I am SOBA's offline scripted model"
 #: Without these the scenario cannot do anything useful; it says so instead of trying.
 REQUIRED_TOOLS = frozenset({"read_file", "write_file", "edit_file", "shell"})
 #: Tool-call steps after one prompt before the script gives up with an explanation.
@@ -136,6 +138,7 @@ class _Conversation:
     prompt: str
     prompt_at: int  # message index of the last user prompt, -1 when there is none
     compacted: bool  # the request starts from a context capsule
+    introduced: bool = False  # an earlier reply of this session already said what this model is
 
     def since_prompt(self) -> list[_Call]:
         return [c for c in self.calls if c.message > self.prompt_at and c.result is not None]
@@ -151,7 +154,7 @@ def _norm(path: object) -> str:
 def _read_conversation(messages: Sequence[Mapping[str, Any]]) -> _Conversation:
     calls: list[_Call] = []
     waiting: dict[str, int] = {}
-    prompt, prompt_at, compacted = "", -1, False
+    prompt, prompt_at, compacted, introduced_at = "", -1, False, -1
     for index, message in enumerate(messages):
         role = message.get("role")
         if role == "user":
@@ -161,6 +164,8 @@ def _read_conversation(messages: Sequence[Mapping[str, Any]]) -> _Conversation:
             elif not text.startswith(_ORPHAN_PREFIXES):
                 prompt, prompt_at = text, index
         elif role == "assistant":
+            if _INTRODUCTION in message_text(message.get("content")):
+                introduced_at = index
             for raw in message.get("toolCalls") or ():
                 if not isinstance(raw, Mapping):
                     continue
@@ -176,7 +181,9 @@ def _read_conversation(messages: Sequence[Mapping[str, Any]]) -> _Conversation:
             if position is not None:
                 calls[position] = replace(calls[position], result=message_text(message.get("content")),
                                           is_error=bool(message.get("isError")))
-    return _Conversation(tuple(calls), prompt, prompt_at, compacted)
+    # a capsule stands for earlier turns of this session, whose first reply said it
+    introduced = compacted or -1 < introduced_at < prompt_at
+    return _Conversation(tuple(calls), prompt, prompt_at, compacted, introduced)
 
 
 # -- the world model ---------------------------------------------------------------------------
@@ -415,13 +422,17 @@ def _survey(conversation: _Conversation, ids: _Ids, has: Callable[[str], bool]) 
     if conversation.compacted:
         lines += ["Earlier context was compacted into a capsule; rather than trusting memory, I am re-checking "
                   "the files on disk before I continue.", ""]
-    lines += ["I am SOBA's offline scripted model: no model provider is configured, so a fixed demo script "
-              "answers instead of a language model (deterministic, no network). **I will not do what you "
-              f"asked.** What I will do: continue one fixed demo project, a tiny calculator package in the "
-              f"demo folder `{PROJECT_DIR}/` of this workspace, built over several requests (core operations, "
-              "a parser, a command line, sessions with variables). I only create files that do not exist yet "
-              "and never write over an existing file of yours; every step runs real tools.", "",
-              f"First I look at the workspace and at `{PROGRESS_PATH}` to see how far the project has come."]
+    if conversation.introduced:  # said in full once per session; each later turn gets one line
+        lines += [f"(Still the offline demo script, not your request: it continues the calculator demo in "
+                  f"`{PROJECT_DIR}/`.) First I look at the workspace and at `{PROGRESS_PATH}`."]
+    else:
+        lines += [f"{_INTRODUCTION}: no model provider is configured, so a fixed demo script "
+                  "answers instead of a language model (deterministic, no network). **I will not do what you "
+                  f"asked.** What I will do: continue one fixed demo project, a tiny calculator package in the "
+                  f"demo folder `{PROJECT_DIR}/` of this workspace, built over several requests (core operations, "
+                  "a parser, a command line, sessions with variables). I only create files that do not exist yet "
+                  "and never write over an existing file of yours; every step runs real tools.", "",
+                  f"First I look at the workspace and at `{PROGRESS_PATH}` to see how far the project has come."]
     calls = [ids("turn", "survey", "list_files", path=".")] if has("list_files") else []
     calls.append(ids("turn", "survey", "shell", command=SURVEY_COMMAND))
     return Step("\n".join(lines), tuple(calls))

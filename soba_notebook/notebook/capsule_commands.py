@@ -21,7 +21,7 @@ from ..session.capsule_schema import validate_capsule_json
 from .controller import NotebookSession
 from .magic_args import Command, Flag, Parsed, Table
 
-__all__ = ["COMMANDS"]
+__all__ = ["COMMANDS", "capsule_table"]
 
 
 def _remember(root: Any, pc: Any, capsule: Capsule, quality: str) -> None:
@@ -81,17 +81,49 @@ def _load(session: NotebookSession, args: Parsed) -> None:
           f"with the capsule from {args.words[0]}")
 
 
+#: ``%capsule list``'s columns: (header, row key, right-aligned). The first, unnamed, marks the capsule in force.
+_LIST_COLUMNS = (("", "current", False), ("kind", "kind", False), ("ref", "ref", False), ("trigger", "trigger", False),
+                 ("quality", "quality", False), ("tokens", "tokens", True), ("date (UTC)", "date", False))
+
+
+def _cell(key: str, value: Any) -> str:
+    if key == "current":
+        return "*" if value else ""
+    if value is None:
+        return ""
+    if key == "tokens" and isinstance(value, int):
+        return f"{value:,}"
+    if key == "date":  # 2026-12-01T22:13:59.471Z -> 2026-12-01 22:13:59: short enough not to wrap
+        return str(value).replace("T", " ")[:19]
+    return str(value)
+
+
+def capsule_table(rows: list[dict[str, Any]]) -> list[str]:
+    """``%capsule list``'s lines: a header, one aligned row per capsule (a file that does not load
+    keeps its row and says why at its end), and what the ``*`` means when one is marked."""
+    cells = [[_cell(key, row.get(key)) for _, key, _ in _LIST_COLUMNS] for row in rows]
+    widths = [max(len(head), *(len(c[i]) for c in cells)) for i, (head, _, _) in enumerate(_LIST_COLUMNS)]
+
+    def line(values: list[str]) -> str:
+        padded = [v.rjust(w) if right else v.ljust(w)
+                  for v, w, (_, _, right) in zip(values, widths, _LIST_COLUMNS, strict=True)]
+        return (padded[0] + " " + "  ".join(padded[1:])).rstrip()  # the mark sits close to its row
+
+    lines = [line([head for head, _, _ in _LIST_COLUMNS])]
+    for row, values in zip(rows, cells, strict=True):
+        lines.append(line(values) + (f"  ERROR: {row['error']}" if row.get("error") else ""))
+    if any(row.get("current") for row in rows):
+        lines.append("* the capsule in force: the session's model input starts with it")
+    return lines
+
+
 def _list(session: NotebookSession, args: Parsed) -> None:
     handle = session.ensure()
     rows = handoff.list_capsules(handle.store, handle.paths.root)
     if not rows:
         print("no capsules yet: %compact or %capsule create make one")
-    for row in rows:
-        mark = "*" if row.get("current") else " "
-        tokens = row.get("tokens")
-        print(f"{mark} {row['kind']:<10} {row['ref']:<24} {row.get('trigger') or '':<16} "
-              f"{row.get('quality') or '':<9} {tokens if tokens is not None else '':>8}  {row.get('date') or ''}"
-              + (f"  ERROR: {row['error']}" if row.get("error") else ""))
+        return
+    print("\n".join(capsule_table(rows)))
 
 
 def _show(session: NotebookSession, args: Parsed) -> None:
