@@ -15,7 +15,7 @@ from soba_notebook.notebook import sidepanel
 def panels() -> Iterator[dict[str, object]]:
     yield sidepanel._panels
     for key in list(sidepanel._panels):
-        sidepanel.close_side_panel(key)
+        sidepanel._panels.pop(key).close()
 
 
 def _widget() -> object:

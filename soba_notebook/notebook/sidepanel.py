@@ -19,7 +19,7 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["ANCHOR", "PANEL_TITLE", "close_side_panel", "open_side_panel", "served_by_jupyter",
+__all__ = ["ANCHOR", "PANEL_TITLE", "open_side_panel", "served_by_jupyter",
            "side_panel_available"]
 
 PANEL_TITLE = "SOBA budget"
