@@ -42,6 +42,7 @@ from ..providers.base import (
     Provider,
     StreamEvent,
     SummarySource,
+    ToolSpec,
     arguments_error,
     repair_tool_pairing,
 )
@@ -157,6 +158,7 @@ class Agent:
             refresh_secrets=lambda: self.refresh_secrets(keep_known=True))
         #: a note that starts each turn (the notebook layer's: the user's own cells since the last turn)
         self.turn_note: Callable[[], str | None] | None = None
+        self._provider_prepared = False
         self._refresh_base_tokens()
         self._request_context: tuple[int, str] = (0, "root")
 
@@ -187,7 +189,26 @@ class Agent:
 
     def _refresh_base_tokens(self) -> None:
         self.engine.base_tokens = self.counter.count_text(self.system_prompt()) + self.counter.count_tools(
-            self.tools.specs())
+            self._rendered_tools())
+
+    def _rendered_tools(self, tools: tuple[ToolSpec, ...] | None = None) -> tuple[ToolSpec, ...]:
+        """The tool definitions the model's prompt holds (of ``tools``, default: the registry's):
+        all of them, unless the provider learned that its server's chat template drops them
+        (llama-server with a template without tool syntax). Those are still sent but never
+        counted: the budget measures what the model reads."""
+        if getattr(self.provider, "renders_tools", True) is False:
+            return ()
+        return self.tools.specs() if tools is None else tools
+
+    async def _prepare_provider(self) -> None:
+        """Let the provider ask its server what it renders, once, before the first request is
+        sized (a provider without ``prepare`` has nothing to learn)."""
+        if self._provider_prepared:
+            return
+        self._provider_prepared = True
+        prepare = getattr(self.provider, "prepare", None)
+        if prepare is not None:
+            await prepare()
 
     def set_config(self, config: SobaConfig) -> None:
         """Apply a changed config (``%auto_compact off``) and record the change in the transcript."""
@@ -243,6 +264,7 @@ class Agent:
         if turn.inferences >= max_steps:
             return run.end("stopped", f"turn stopped after {turn.inferences:,} model steps (agent.maxStepsPerTurn "
                                       f"is {max_steps:,}); the transcript is complete, ask again to go on")
+        await self._prepare_provider()
         self._refresh_base_tokens()
         try:
             await self.engine.preflight(turn, cancel)
@@ -311,6 +333,7 @@ class Agent:
 
     async def compact(self, instructions: str | None = None, cancel: CancelToken | None = None) -> CompactionOutcome:
         """``%compact``: an explicit compaction, bypassing the soft ROI threshold."""
+        await self._prepare_provider()
         self._refresh_base_tokens()
         return await self.engine.compact(Trigger.USER, instructions=instructions, cancel=cancel)
 
@@ -332,7 +355,7 @@ class Agent:
                             estimated_input_tokens=self.engine.tracker.check().effective)
 
     def _request_tokens(self, request: ModelRequest) -> int:
-        return request_tokens(self.counter, request.system, request.tools, request.messages)
+        return request_tokens(self.counter, request.system, self._rendered_tools(request.tools), request.messages)
 
     async def _infer(self, request: ModelRequest, cancel: CancelToken, inference: int = 1) -> ModelResponse | None:
         streamed: list[str] = []
