@@ -41,6 +41,10 @@ class RecordingProvider:
         if prepare is not None:
             await prepare()
 
+    async def count_request_tokens(self, request: ModelRequest) -> int | None:
+        count = getattr(self.inner, "count_request_tokens", None)
+        return await count(request) if count is not None else None
+
     def request_tokens(self, request: ModelRequest, counter: TokenCounter) -> int:
         return (counter.count_text(request.system) + counter.count_tools(request.tools)
                 + counter.count_messages(request.messages))

@@ -134,3 +134,17 @@ def test_a_server_that_renders_no_tools_is_said_once_in_the_cell_and_listed_in_s
     assert "does not show tools" not in second, "said once"
     assert "does not show tools to the model" in status and "--jinja" in status
     assert fake_server.gets.count("/props") == 1, "asked once per session"
+
+
+def test_a_llama_server_counts_the_first_request_exactly_and_the_estimate_starts_from_its_count(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    fake_server.get_routes["/props"] = {"chat_template_caps": {"supports_tools": True}}
+    fake_server.post_routes["/apply-template"] = lambda body: _chatml(body, with_tools=True)
+    fake_server.post_routes["/tokenize"] = lambda body: {"tokens": list(range(1777))}
+    estimate, _, body = _first_estimate(tmp_path, fake_server)
+    assert estimate == 1777, "the first budget check is the server's own count"
+    rendered = [b for path, b in fake_server.other_posts if path == "/apply-template"]
+    counted = [b for path, b in fake_server.other_posts if path == "/tokenize"]
+    assert len(rendered) == len(counted) == 1, "asked once, for the first request only"
+    assert rendered[0]["messages"] == body["messages"] and rendered[0]["tools"] == body["tools"], \
+        "the count is of the very request that was sent"

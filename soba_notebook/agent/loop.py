@@ -201,14 +201,25 @@ class Agent:
         return self.tools.specs() if tools is None else tools
 
     async def _prepare_provider(self) -> None:
-        """Let the provider ask its server what it renders, once, before the first request is
-        sized (a provider without ``prepare`` has nothing to learn)."""
+        """Once per agent, before the first request is sized: let the provider ask its server what
+        it renders (a provider without ``prepare`` has nothing to learn), then, while the token
+        calibration has no sample yet, ask the server's exact count of the request about to be
+        checked (llama-server renders and tokenizes it without generating) and calibrate on it,
+        so even the first budget check is the server's figure, not an estimate in another
+        model's tokenizer."""
         if self._provider_prepared:
             return
         self._provider_prepared = True
         prepare = getattr(self.provider, "prepare", None)
         if prepare is not None:
             await prepare()
+        count = getattr(self.provider, "count_request_tokens", None)
+        if count is None or self.counter.calibration.samples(self.counter.model):
+            return
+        self._refresh_base_tokens()
+        exact = await count(self._model_request(estimate=0))
+        if isinstance(exact, int) and exact > 0:
+            self.counter.observe_usage(self.engine.tracker.estimate_raw(), exact)
 
     def set_config(self, config: SobaConfig) -> None:
         """Apply a changed config (``%auto_compact off``) and record the change in the transcript."""
@@ -346,13 +357,15 @@ class Agent:
         # What this request measures, fixed now: its reply's provider usage describes this
         # context, whatever is appended while it is in flight (another kernel on the session).
         self._request_context = (self.engine.tracker.estimate_raw(), self.engine.tracker.context_key)
+        # what the budget check holds this request to be: the provider's count of the last
+        # reply's prompt plus a calibrated estimate of what came after
+        return self._model_request(estimate=self.engine.tracker.check().effective)
+
+    def _model_request(self, *, estimate: int) -> ModelRequest:
         messages = repair_tool_pairing(self.engine.model_messages())
         return ModelRequest(model=self.config.model.model, system=self.system_prompt(), messages=tuple(messages),
                             tools=self.tools.specs(), max_output_tokens=self.config.model.max_output_tokens,
-                            temperature=self.config.model.temperature,
-                            # what the budget check holds this request to be: the provider's count of
-                            # the last reply's prompt plus a calibrated estimate of what came after
-                            estimated_input_tokens=self.engine.tracker.check().effective)
+                            temperature=self.config.model.temperature, estimated_input_tokens=estimate)
 
     def _request_tokens(self, request: ModelRequest) -> int:
         return request_tokens(self.counter, request.system, self._rendered_tools(request.tools), request.messages)

@@ -29,7 +29,8 @@ and how the provider learns them, live in :mod:`~soba_notebook.providers.openai_
   chat template shows the model tools); one that drops the tool list is named in :attr:`warnings`
   with what to do, and :attr:`~OpenAIChatProvider.renders_tools` tells the budget to leave the
   tool definitions out of its estimate, as the server does (the list is still sent: a server
-  started with a tool-capable template later needs nothing else);
+  started with a tool-capable template later needs nothing else); a llama.cpp server also counts
+  a request's prompt exactly on request (:meth:`~OpenAIChatProvider.count_request_tokens`);
 * no ``Authorization`` header when no key is configured (local servers); a missing key for
   ``api.openai.com`` or ``openrouter.ai`` is an :class:`AuthError` before any request.
 """
@@ -57,7 +58,14 @@ from .base import (
 )
 from .clients import is_loopback_url
 from .failures import ErrorContext, error_message_from_body, redact
-from .openai_compat import ServerQuirks, StreamMode, adapt_request, probe_server, response_format_for
+from .openai_compat import (
+    ServerQuirks,
+    StreamMode,
+    adapt_request,
+    count_rendered_tokens,
+    probe_server,
+    response_format_for,
+)
 from .overflow import generated_past_its_context, is_context_overflow, overflow_error
 from .remote import Exchange, RemoteProvider
 from .sse import aiter_sse
@@ -233,6 +241,19 @@ class OpenAIChatProvider(RemoteProvider):
         its first budget check; :meth:`respond` calls it too, for callers that do not)."""
         await self._ensure_probed(self.wire_headers(self.get_key()))
 
+    async def count_request_tokens(self, request: ModelRequest) -> int | None:
+        """The server's exact prompt count for ``request`` where it can tell without generating
+        (llama-server: ``/apply-template`` + ``/tokenize``); ``None`` elsewhere. Two local requests:
+        worth it where an estimate has nothing to learn from yet (a session's first request)."""
+        await self.prepare()
+        if not self.quirks.renders_on_request:
+            return None
+        body: dict[str, Any] = {"messages": to_openai_messages(request.system, request.messages)}
+        if request.tools:
+            body["tools"] = to_openai_tools(request.tools)
+        return await count_rendered_tokens(self._clients.get(), self.base_url, body,
+                                           self.wire_headers(self.get_key()))
+
     def wire_headers(self, key: str | None) -> dict[str, str]:
         """JSON in; ``Authorization: Bearer`` only when there is a key (local servers need none)."""
         headers = {"content-type": "application/json"}
@@ -278,6 +299,7 @@ class OpenAIChatProvider(RemoteProvider):
         facts = await probe_server(self._clients.get(), self.base_url, self.model, headers)
         found = self.quirks.server_context = facts.context
         self.quirks.renders_tools = facts.renders_tools
+        self.quirks.renders_on_request = facts.renders_on_request
         if found and self.context_window and found < self.context_window:
             self.warnings.append(
                 f"the server at {self.base_url} has a context of {found:,} tokens, smaller than "

@@ -52,6 +52,7 @@ __all__ = [
     "adapt_request",
     "context_window_from_models",
     "context_window_from_props",
+    "count_rendered_tokens",
     "probe_context_window",
     "probe_server",
     "response_format_for",
@@ -77,6 +78,9 @@ class ServerQuirks:
     server_context: int | None = None
     #: whether the server shows the model the tool definitions (``None``: it does not say)
     renders_tools: bool | None = None
+    #: a llama.cpp server (its ``/props`` has ``chat_template_caps``): it renders and tokenizes a
+    #: prompt on request (``/apply-template``, ``/tokenize``) without generating anything
+    renders_on_request: bool = False
     probed: bool = False
 
 
@@ -198,6 +202,8 @@ class ServerFacts:
     renders_tools: bool | None = None
     #: how that was learned, for the user's note (``/props``, ``/apply-template``)
     tools_source: str = ""
+    #: whether it renders and tokenizes prompts on request (llama.cpp's ``llama-server``)
+    renders_on_request: bool = False
 
 
 async def _get_json(client: httpx.AsyncClient, url: str, headers: Mapping[str, str]) -> Any:
@@ -239,11 +245,31 @@ async def probe_server(client: httpx.AsyncClient, base_url: str, model: str,
         await _get_json(client, f"{base_url.rstrip('/')}/models", headers), model)
     supports = tools_support_from_props(props)
     if supports is not False:
-        return ServerFacts(context, supports, "/props" if supports else "")
+        return ServerFacts(context, supports, "/props" if supports else "", supports is not None)
     rendered = await _rendered_prompt(client, root, headers)
     if rendered is None:
         return ServerFacts(context, False, "/props")
-    return ServerFacts(context, PROBE_TOOL_NAME in rendered, "/apply-template")
+    return ServerFacts(context, PROBE_TOOL_NAME in rendered, "/apply-template", True)
+
+
+async def count_rendered_tokens(client: httpx.AsyncClient, base_url: str, body: Mapping[str, Any],
+                                headers: Mapping[str, str]) -> int | None:
+    """llama-server's exact count of the prompt it would build for a chat request ``body``
+    (``messages``, ``tools``): its ``/apply-template`` renders the prompt, its ``/tokenize`` counts
+    it, as the server counts ``usage.prompt_tokens``. ``None`` when either is unavailable."""
+    root = server_root(base_url)
+    try:
+        rendered = await client.post(f"{root}/apply-template", json=dict(body), headers=dict(headers), timeout=10.0)
+        prompt = rendered.json().get("prompt") if rendered.status_code == 200 else None
+        if not isinstance(prompt, str):
+            return None
+        counted = await client.post(f"{root}/tokenize", json={"content": prompt, "add_special": True,
+                                                              "parse_special": True},
+                                    headers=dict(headers), timeout=10.0)
+        tokens = counted.json().get("tokens") if counted.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return len(tokens) if isinstance(tokens, list) and tokens else None
 
 
 async def probe_context_window(client: httpx.AsyncClient, base_url: str, model: str,

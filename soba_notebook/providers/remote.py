@@ -116,6 +116,11 @@ class RemoteProvider:
     async def prepare(self) -> None:
         """Learn what the server is before the first request is sized (nothing to learn here)."""
 
+    async def count_request_tokens(self, request: ModelRequest) -> int | None:
+        """The server's exact prompt count for ``request`` without generating, where the server
+        offers one (a wire that can ask overrides this); ``None``: estimate instead."""
+        return None
+
     def get_key(self) -> str | None:
         """The API key: the one given, else the environment variable's value; ``None`` if empty."""
         key = self._api_key if self._api_key is not None else os.environ.get(self.api_key_env)
