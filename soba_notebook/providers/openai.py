@@ -25,6 +25,12 @@ and how the provider learns them, live in :mod:`~soba_notebook.providers.openai_
   that way only);
 * ``response_schema`` becomes ``response_format`` (structured output) in the form the server
   accepts;
+* a local server is asked once, before the first request, what it is (its context, whether its
+  chat template shows the model tools); one that drops the tool list is named in :attr:`warnings`
+  with what to do, and :attr:`~OpenAIChatProvider.renders_tools` tells the budget to leave the
+  tool definitions out of its estimate, as the server does (the list is still sent: a server
+  started with a tool-capable template later needs nothing else); a llama.cpp server also counts
+  a request's prompt exactly on request (:meth:`~OpenAIChatProvider.count_request_tokens`);
 * no ``Authorization`` header when no key is configured (local servers); a missing key for
   ``api.openai.com`` or ``openrouter.ai`` is an :class:`AuthError` before any request.
 """
@@ -52,7 +58,14 @@ from .base import (
 )
 from .clients import is_loopback_url
 from .failures import ErrorContext, error_message_from_body, redact
-from .openai_compat import ServerQuirks, StreamMode, adapt_request, probe_context_window, response_format_for
+from .openai_compat import (
+    ServerQuirks,
+    StreamMode,
+    adapt_request,
+    count_rendered_tokens,
+    probe_server,
+    response_format_for,
+)
 from .overflow import generated_past_its_context, is_context_overflow, overflow_error
 from .remote import Exchange, RemoteProvider
 from .sse import aiter_sse
@@ -189,8 +202,9 @@ class OpenAIChatProvider(RemoteProvider):
 
     ``stream`` is ``"auto"`` (stream; fall back to plain requests when the server streams no
     usage), ``"always"`` or ``"never"``. ``context_window`` is the configured window; the server's
-    own (probed once, see :func:`~soba_notebook.providers.openai_compat.probe_context_window`)
-    is used where it is smaller, and :attr:`warnings` says so.
+    own (probed once, see :func:`~soba_notebook.providers.openai_compat.probe_server`) is used
+    where it is smaller, and :attr:`warnings` says so; a server whose chat template drops the tool
+    list is named there too, and :attr:`renders_tools` is then ``False``.
     """
 
     name = "openai"
@@ -215,6 +229,30 @@ class OpenAIChatProvider(RemoteProvider):
         """The smaller of the configured window and the server's own, where known."""
         known = [w for w in (self.context_window, self.quirks.server_context) if w]
         return min(known) if known else None
+
+    @property
+    def renders_tools(self) -> bool:
+        """Whether the tool definitions reach the model's prompt: ``False`` only once the server
+        said its chat template drops them (``/props``, confirmed by ``/apply-template``)."""
+        return self.quirks.renders_tools is not False
+
+    async def prepare(self) -> None:
+        """Learn what the server is before the first request is sized (the agent calls this before
+        its first budget check; :meth:`respond` calls it too, for callers that do not)."""
+        await self._ensure_probed(self.wire_headers(self.get_key()))
+
+    async def count_request_tokens(self, request: ModelRequest) -> int | None:
+        """The server's exact prompt count for ``request`` where it can tell without generating
+        (llama-server: ``/apply-template`` + ``/tokenize``); ``None`` elsewhere. Two local requests:
+        worth it where an estimate has nothing to learn from yet (a session's first request)."""
+        await self.prepare()
+        if not self.quirks.renders_on_request:
+            return None
+        body: dict[str, Any] = {"messages": to_openai_messages(request.system, request.messages)}
+        if request.tools:
+            body["tools"] = to_openai_tools(request.tools)
+        return await count_rendered_tokens(self._clients.get(), self.base_url, body,
+                                           self.wire_headers(self.get_key()))
 
     def wire_headers(self, key: str | None) -> dict[str, str]:
         """JSON in; ``Authorization: Bearer`` only when there is a key (local servers need none)."""
@@ -258,13 +296,24 @@ class OpenAIChatProvider(RemoteProvider):
         if self.quirks.probed or not self._probe:
             return
         self.quirks.probed = True
-        found = await probe_context_window(self._clients.get(), self.base_url, self.model, headers)
-        self.quirks.server_context = found
+        facts = await probe_server(self._clients.get(), self.base_url, self.model, headers)
+        found = self.quirks.server_context = facts.context
+        self.quirks.renders_tools = facts.renders_tools
+        self.quirks.renders_on_request = facts.renders_on_request
         if found and self.context_window and found < self.context_window:
             self.warnings.append(
                 f"the server at {self.base_url} has a context of {found:,} tokens, smaller than "
                 f"model.contextWindow {self.context_window:,}; set model.contextWindow to {found:,} so "
                 "the hard limit holds (overflow detection uses the server's size meanwhile)")
+        if facts.renders_tools is False:
+            how = ("its /apply-template renders no tool definitions" if facts.tools_source == "/apply-template"
+                   else "its /props says chat_template_caps.supports_tools is false")
+            self.warnings.append(
+                f"the server at {self.base_url} does not show tools to the model ({how}): its chat template "
+                "has no tool syntax, so the model cannot call SOBA's tools and no turn will run one. Start "
+                "llama-server with --jinja and a tool-capable template, --chat-template-file FILE (for a "
+                "ChatML model such as SmolLM2 or Qwen: llama.cpp's models/templates/Qwen-Qwen2.5-7B-Instruct.jinja). "
+                "Until then the token estimate leaves the tool definitions out, as the server does")
 
     async def respond(self, request: ModelRequest, exchange: Exchange) -> ModelResponse:
         await self._ensure_probed(exchange.headers)

@@ -27,8 +27,13 @@ usage in streams       requested with ``stream_options.include_usage``. A server
 
 :class:`ServerQuirks` is the provider's mutable record of what it learned; :func:`adapt_request`
 is the pure rule that turns one refused request into the corrected one (or ``None``).
-:func:`probe_context_window` asks a server how large its context really is (llama.cpp's
-``/props``, a ``/v1/models`` entry's ``max_model_len`` / ``n_ctx`` / ``context_length``).
+:func:`probe_server` asks a server what it is, once, before the first request: how large its context
+really is (llama.cpp's ``/props``, a ``/v1/models`` entry's ``max_model_len`` / ``n_ctx`` /
+``context_length``) and whether it shows the model the tool definitions at all. llama.cpp's
+``llama-server`` renders every request through the model's chat template; a template without tool
+syntax (SmolLM2's own, for one) drops the ``tools`` list and answers 200 as if nothing happened.
+``/props`` says so (``chat_template_caps.supports_tools: false``), and the server's own
+``/apply-template`` shows the rendered prompt, which settles it (:class:`ServerFacts`).
 """
 
 from __future__ import annotations
@@ -40,14 +45,19 @@ from typing import Any, Literal
 import httpx
 
 __all__ = [
+    "PROBE_TOOL_NAME",
+    "ServerFacts",
     "ServerQuirks",
     "StreamMode",
     "adapt_request",
     "context_window_from_models",
     "context_window_from_props",
+    "count_rendered_tokens",
     "probe_context_window",
+    "probe_server",
     "response_format_for",
     "server_root",
+    "tools_support_from_props",
 ]
 
 StreamMode = Literal["auto", "always", "never"]
@@ -66,6 +76,11 @@ class ServerQuirks:
     streams_usage: bool | None = None
     #: the server's own context size, when a probe found it
     server_context: int | None = None
+    #: whether the server shows the model the tool definitions (``None``: it does not say)
+    renders_tools: bool | None = None
+    #: a llama.cpp server (its ``/props`` has ``chat_template_caps``): it renders and tokenizes a
+    #: prompt on request (``/apply-template``, ``/tokenize``) without generating anything
+    renders_on_request: bool = False
     probed: bool = False
 
 
@@ -157,6 +172,40 @@ def context_window_from_models(models: Any, model: str) -> int | None:
     return None
 
 
+def tools_support_from_props(props: Any) -> bool | None:
+    """llama-server's ``GET /props``: ``chat_template_caps.supports_tools``, whether the chat template
+    it renders requests with has tool syntax; ``None`` when the server does not say."""
+    caps = props.get("chat_template_caps") if isinstance(props, Mapping) else None
+    value = caps.get("supports_tools") if isinstance(caps, Mapping) else None
+    return value if isinstance(value, bool) else None
+
+
+#: The name of the one tool :func:`probe_server` asks the server to render: found in the rendered
+#: prompt only if the template shows tools (no real tool is called this).
+PROBE_TOOL_NAME = "soba_probe_tool_7f3a"
+
+_PROBE_TEMPLATE_BODY: dict[str, Any] = {
+    "messages": [{"role": "system", "content": "probe"}, {"role": "user", "content": "probe"}],
+    "tools": [{"type": "function", "function": {
+        "name": PROBE_TOOL_NAME, "description": "probe",
+        "parameters": {"type": "object", "properties": {}, "required": []}}}],
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFacts:
+    """What a server said about itself before the first request."""
+
+    #: its context size (``None``: it does not say)
+    context: int | None = None
+    #: whether the tool definitions reach the model's prompt (``None``: it does not say)
+    renders_tools: bool | None = None
+    #: how that was learned, for the user's note (``/props``, ``/apply-template``)
+    tools_source: str = ""
+    #: whether it renders and tokenizes prompts on request (llama.cpp's ``llama-server``)
+    renders_on_request: bool = False
+
+
 async def _get_json(client: httpx.AsyncClient, url: str, headers: Mapping[str, str]) -> Any:
     try:
         response = await client.get(url, headers=dict(headers), timeout=5.0)
@@ -170,11 +219,60 @@ async def _get_json(client: httpx.AsyncClient, url: str, headers: Mapping[str, s
         return None
 
 
+async def _rendered_prompt(client: httpx.AsyncClient, root: str, headers: Mapping[str, str]) -> str | None:
+    """llama-server's ``POST /apply-template`` for a one-tool request: the prompt the model would
+    see (no generation, no slot); ``None`` when the server has no such endpoint."""
+    try:
+        response = await client.post(f"{root}/apply-template", json=_PROBE_TEMPLATE_BODY,
+                                     headers=dict(headers), timeout=5.0)
+        prompt = response.json().get("prompt") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return prompt if isinstance(prompt, str) else None
+
+
+async def probe_server(client: httpx.AsyncClient, base_url: str, model: str,
+                       headers: Mapping[str, str]) -> ServerFacts:
+    """What the server says about its context and its tool rendering. Never raises: a server
+    without these endpoints (any hosted API) is simply not probed.
+
+    ``/props`` saying the template has no tool syntax is checked against the prompt the server
+    actually renders (``/apply-template``): a server version that falls back to describing tools
+    in the system message would render them anyway, and then they are counted as they are sent."""
+    root = server_root(base_url)
+    props = await _get_json(client, f"{root}/props", headers)
+    context = context_window_from_props(props) or context_window_from_models(
+        await _get_json(client, f"{base_url.rstrip('/')}/models", headers), model)
+    supports = tools_support_from_props(props)
+    if supports is not False:
+        return ServerFacts(context, supports, "/props" if supports else "", supports is not None)
+    rendered = await _rendered_prompt(client, root, headers)
+    if rendered is None:
+        return ServerFacts(context, False, "/props")
+    return ServerFacts(context, PROBE_TOOL_NAME in rendered, "/apply-template", True)
+
+
+async def count_rendered_tokens(client: httpx.AsyncClient, base_url: str, body: Mapping[str, Any],
+                                headers: Mapping[str, str]) -> int | None:
+    """llama-server's exact count of the prompt it would build for a chat request ``body``
+    (``messages``, ``tools``): its ``/apply-template`` renders the prompt, its ``/tokenize`` counts
+    it, as the server counts ``usage.prompt_tokens``. ``None`` when either is unavailable."""
+    root = server_root(base_url)
+    try:
+        rendered = await client.post(f"{root}/apply-template", json=dict(body), headers=dict(headers), timeout=10.0)
+        prompt = rendered.json().get("prompt") if rendered.status_code == 200 else None
+        if not isinstance(prompt, str):
+            return None
+        counted = await client.post(f"{root}/tokenize", json={"content": prompt, "add_special": True,
+                                                              "parse_special": True},
+                                    headers=dict(headers), timeout=10.0)
+        tokens = counted.json().get("tokens") if counted.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return len(tokens) if isinstance(tokens, list) and tokens else None
+
+
 async def probe_context_window(client: httpx.AsyncClient, base_url: str, model: str,
                                headers: Mapping[str, str]) -> int | None:
-    """The server's context size if it tells (``/props``, then ``/models``); ``None`` otherwise.
-    Never raises: a server without these endpoints is simply not probed."""
-    found = context_window_from_props(await _get_json(client, f"{server_root(base_url)}/props", headers))
-    if found:
-        return found
-    return context_window_from_models(await _get_json(client, f"{base_url.rstrip('/')}/models", headers), model)
+    """The server's context size if it tells (``/props``, then ``/models``); ``None`` otherwise."""
+    return (await probe_server(client, base_url, model, headers)).context
