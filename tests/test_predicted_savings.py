@@ -9,6 +9,7 @@ it is predicted to give passes the post-generation ROI.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,8 @@ import pytest
 from compaction_support import COUNTER, FakeSummarizer, fill, make_engine, small_config, text_of
 from conftest import PI_SESSION, require_shared
 
-from soba_notebook.compaction import Capsule, SummaryRequest, TurnState, render
+from soba_notebook import views
+from soba_notebook.compaction import Capsule, SummaryRequest, Trigger, TurnState, render
 from soba_notebook.compaction.extract import deterministic_capsule
 from soba_notebook.compaction.predict import DEFAULT_FACTOR, SavingsPredictor
 from soba_notebook.compaction.simulate import replay
@@ -131,6 +133,37 @@ def test_the_factor_is_the_default_until_a_model_capsule_then_the_largest_recent
     predictor.observe(1000, 0)  # nothing to compare with: ignored
     assert predictor.observed == (1.1, 1.0, 1.0)
     assert predictor.capsule_tokens(333, model=True) == math.ceil(333 * 1.1)
+
+
+def test_views_flight_records_show_the_time_and_tokens_of_a_thrown_away_summary(tmp_path: Path) -> None:
+    ticks = itertools.count()
+    summ = FakeSummarizer(answer=_bloated)
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), summ, clock=lambda: 1.5 * next(ticks))
+    fill(store, 14000)
+    asyncio.run(engine.preflight(TurnState()))  # requested, then skipped by the post-generation ROI
+    asyncio.run(engine.preflight(TurnState()))  # predicted to miss: not requested
+    df = views.flight_records(tmp_path / "flight.jsonl")
+    comp = df[df["kind"] == "compaction"].reset_index(drop=True)
+    assert comp["generated"].tolist() == [True, False] and comp["outcome"].tolist() == ["skipped", "skipped"]
+    assert str(comp["wasted_ms"].dtype) == "Int64" and str(comp["generated"].dtype) == "boolean"
+    thrown, predicted = comp.iloc[0], comp.iloc[1]
+    assert thrown["duration_ms"] > 0 and thrown["wasted_ms"] == thrown["duration_ms"]
+    assert thrown["wasted_tokens"] == thrown["summary_input_tokens"] + thrown["summary_output_tokens"] > 0
+    assert predicted["wasted_ms"] == 0 and predicted["wasted_tokens"] == 0
+    assert df.loc[df["kind"] == "budget", "wasted_ms"].isna().all()
+    assert df["wasted_ms"].sum() == thrown["duration_ms"]
+
+
+def test_a_completed_compaction_and_an_older_record_waste_nothing_and_nothing_known(tmp_path: Path) -> None:
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), FakeSummarizer())
+    fill(store, 14000)
+    asyncio.run(engine.compact(Trigger.USER))
+    assert engine.flight is not None
+    engine.flight.record("compaction", {"outcome": "skipped", "trigger": "turn_complete", "duration_ms": 90_000})
+    comp = views.flight_records(tmp_path / "flight.jsonl")
+    comp = comp[comp["kind"] == "compaction"]
+    assert comp["wasted_ms"].iloc[0] == 0, "a summary that was appended was not thrown away"
+    assert comp["wasted_ms"].isna().iloc[1], "a record from before `generated` was recorded: unknown, not 0"
 
 
 def _padded(ratio: float) -> Any:
