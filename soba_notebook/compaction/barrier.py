@@ -7,8 +7,9 @@ tracker) and runs each compaction to exactly one terminal outcome: ``completed``
 1. measure the budget; pick the winning trigger (:func:`~.triggers.choose_trigger`);
 2. make an immutable :class:`~.planner.CompactionPlan` and emit ``compaction_start``;
 3. soft triggers: the pre-generation ROI gate (seed section 6, as written), then a stricter
-   prediction (:mod:`.predict`): the continuation the deterministic capsule would give, scaled
-   for a model's capsule, must pass the post-generation gate, or no summary is requested;
+   prediction (:mod:`.predict`): the continuation the deterministic capsule would give (grounded
+   and rolled like a model's answer, its cost scaled by the learned model factor) must pass the
+   post-generation gate, or no summary is requested;
 4. generate the capsule with the summarizer under ``timeoutMs``; on timeout (or a failing
    summarizer) fall back at once to the deterministic capsule, ``quality: degraded``;
 5. ground the summary in the history (:func:`~.grounding.ground`: files, checks and skills are
@@ -126,8 +127,7 @@ class CompactionEngine:
         #: after a soft capsule missed the post-generation ROI: (context key, effective tokens) below
         #: which a completed turn records no new ``turn_complete`` intent (see growth_before_soft_retry)
         self._soft_retry_at: tuple[str, int] | None = None
-        #: the learned model-capsule factor of the prediction before a soft summary (``None``:
-        #: no prediction, only the seed's pre-generation gate)
+        #: the prediction's learned model-capsule factor (``None``: only the seed's pre-generation gate)
         self.predictor: SavingsPredictor | None = SavingsPredictor()
         #: operation id -> what its summary was predicted, requested and measured at (for _finish)
         self._attempts: dict[str, SummaryAttempt] = {}
@@ -375,21 +375,17 @@ class CompactionEngine:
 
     # -- the summary: predicted before, accounted for after --------------------------------
     def _baseline(self, plan: CompactionPlan, local: Capsule) -> Capsule:
-        """What the prediction scales: the deterministic capsule ``local`` of ``plan``, put through
-        what a model's answer goes through (grounded, rolled over the capsule in force) when a
-        summarizer writes the capsule, so that the factor measures the model and not the rolling."""
+        """What the prediction scales: ``local``, grounded and rolled like a model's answer when a
+        summarizer writes the capsule (so the factor measures the model, not the rolling)."""
         if self.summarizer is None or self.predictor is None:
             return local
         return self._scrubbed(self._grounded(plan, local, local).capsule)
 
     def _soft_gate(self, plan: CompactionPlan, trigger: Trigger, check: BudgetCheck, baseline: Capsule,
                    started: float) -> CompactionOutcome | None:
-        """The gates a soft trigger passes before any summary is requested; the skip, or ``None``.
-
-        First the seed's pre-generation estimate, exactly as written (a necessary condition); then
-        the stricter prediction of :mod:`.predict`: the continuation the ``baseline`` capsule
-        gives, its capsule scaled by the learned model factor, must pass the post-generation
-        gate. A predicted miss waits for the same growth a measured one does."""
+        """The skip before any summary is requested, or ``None``: the seed's pre-generation estimate
+        exactly as written, then the stricter prediction of :mod:`.predict` (``baseline``'s cost
+        scaled by the model factor must pass the post-generation gate; a miss waits like a measured one)."""
         config = self.config.compaction
         roi = pre_generation_roi(plan.tokens_before, config)
         if roi.passed and self.predictor is not None:
@@ -438,9 +434,8 @@ class CompactionEngine:
         return roi.reason
 
     def _wait_for_growth(self, plan: CompactionPlan, check: BudgetCheck, after: int) -> None:
-        """After a soft capsule missed (or was predicted to miss) the ROI with a continuation of
-        ``after`` tokens: no soft attempt until the context grew enough for one to pass, and at
-        least by one token (the same context gives the same capsule)."""
+        """After a (predicted) miss with ``after`` tokens: no soft attempt until the context grew
+        enough for one to pass, and by at least one token (the same context, the same capsule)."""
         growth = growth_before_soft_retry(plan.tokens_before, after, plan.kept_tokens, self.config.compaction)
         self._soft_retry_at = (check.context_key, plan.tokens_before + max(1, growth))
 

@@ -6,19 +6,23 @@ and thrown away, because the continuation measured after generation reclaimed 97
 seed section 6) cannot see the capsule's own size, nor a retained tail longer than
 ``keepRecentTokens`` (the cut lands on a message boundary). That estimate stays exactly as
 written, a necessary condition; after it passes, the barrier adds a stricter one: it builds the
-deterministic capsule of the same plan (local, milliseconds, no model), measures the continuation
-it would give, scales the capsule's share by :attr:`SavingsPredictor.factor`, and requests no
-summary when that predicted continuation already misses the post-generation ROI.
+deterministic capsule of the same plan (local, milliseconds, no model) and, when a model will
+write the capsule, puts it through what the model's answer goes through (grounded in the history,
+rolled over the capsule in force: a model capsule carries the previous one's work lists back in,
+so without this its size drifts away from the bare deterministic capsule's over a session). It
+measures the continuation that *baseline* gives, scales the capsule's share by
+:attr:`SavingsPredictor.factor`, and requests no summary when that predicted continuation already
+misses the post-generation ROI.
 
-**The factor** is how large a model's capsule is against the deterministic capsule of the same
-history (both measured the same way, rendered as model input). It starts at
+**The factor** is how large a model's capsule is against the baseline of the same plan (both
+measured the same way, rendered as model input). It starts at
 :data:`DEFAULT_FACTOR` and, once a model capsule has been seen, is the *largest* ratio among the
 last :data:`WINDOW` model capsules of this engine (every trigger's: a user or hard-limit compact
 teaches it too). With no summarizer the capsule *is* the deterministic one, the factor is 1 and
 the prediction is exact.
 
 **The bound.** A generated soft summary can still be thrown away only when its capsule is larger,
-against the deterministic capsule, than every one of the last :data:`WINDOW` (or than
+against the baseline, than every one of the last :data:`WINDOW` (or than
 :data:`DEFAULT_FACTOR` before the first): when the ratios vary at random around a steady size
 (exchangeable), the chance that the next one exceeds the largest of the last ``k`` is at most
 ``1 / (k + 1)``, so at most 1 in ``WINDOW + 1`` generations once the window is full, and it costs a
