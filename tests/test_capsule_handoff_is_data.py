@@ -11,8 +11,8 @@ import pytest
 from compaction_support import COUNTER, small_config
 
 from soba_notebook.compaction import CompactionEngine
-from soba_notebook.compaction.barrier import capsule_message
 from soba_notebook.compaction.capsule import HANDOFF_NOTE, Capsule, render
+from soba_notebook.compaction.capsule_entry import capsule_message
 from soba_notebook.compaction.kernel_section import with_kernel_state
 from soba_notebook.errors import CapsuleFormatError
 from soba_notebook.memory import handoff

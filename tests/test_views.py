@@ -21,8 +21,8 @@ from conftest import PI_SESSION, TRANSCRIPTS, require_shared
 
 from soba_notebook import views
 from soba_notebook.analysis.frames import FLIGHT_COLUMNS
-from soba_notebook.compaction.barrier import capsule_message
 from soba_notebook.compaction.capsule import Capsule, Verification
+from soba_notebook.compaction.capsule_entry import capsule_message
 from soba_notebook.errors import SessionError, SessionWarning
 from soba_notebook.flight import FlightRecorder
 from soba_notebook.session import (

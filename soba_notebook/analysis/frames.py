@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from ..compaction.barrier import capsule_message
+from ..compaction.capsule_entry import capsule_message
 from ..errors import SessionError
 from ..flight import read_flight_records
 from ..session.context import build_context, first_kept_index
@@ -198,9 +198,13 @@ _CATEGORY_FIELDS = {"kind", "trigger", "outcome", "quality", "source"}
 #: Fields of the records the engine writes (budget checks, compactions), always present as columns.
 FLIGHT_COLUMNS = ("kind", "ts", "session_id", "inference", "effective", "hard_limit", "soft_limit", "context_window",
                   "source", "operation_id", "trigger", "outcome", "reason", "tokens_before", "tokens_after",
-                  "reclaimed_tokens", "reclaimed_percent", "checkpoint_id", "duration_ms", "quality")
+                  "reclaimed_tokens", "reclaimed_percent", "checkpoint_id", "duration_ms", "quality",
+                  "generated", "skipped_before_generation", "predicted_after", "measured_after",
+                  "summary_input_tokens", "summary_output_tokens", "wasted_ms", "wasted_tokens")
 _INT_FIELDS = {"inference", "effective", "hard_limit", "soft_limit", "context_window", "tokens_before",
-               "tokens_after", "reclaimed_tokens", "duration_ms", "estimated"}
+               "tokens_after", "reclaimed_tokens", "duration_ms", "estimated", "predicted_after", "measured_after",
+               "summary_input_tokens", "summary_output_tokens", "wasted_ms", "wasted_tokens"}
+_BOOL_FIELDS = {"generated", "skipped_before_generation"}
 _FLOAT_FIELDS = {"reclaimed_percent"}
 _STRING_FIELDS = {"session_id", "operation_id", "reason", "checkpoint_id"}
 
@@ -220,8 +224,22 @@ def _flatten(record: Mapping[str, Any], prefix: str = "", out: dict[str, Any] | 
     return out
 
 
+def _wasted(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with what its compaction spent on a summary that was thrown away: the duration and
+    the summary request's estimated tokens when a summary was requested (``generated``) and
+    nothing was appended; 0 for any other compaction; missing (NA) for budget records and for
+    compaction records written before ``generated`` was recorded."""
+    if row.get("kind") != "compaction" or not isinstance(row.get("generated"), bool):
+        return row
+    thrown_away = row["generated"] and row.get("outcome") != "completed"
+    tokens = sum(v for v in (row.get("summary_input_tokens"), row.get("summary_output_tokens")) if isinstance(v, int))
+    duration = row.get("duration_ms")
+    return {**row, "wasted_ms": (duration if isinstance(duration, int) else None) if thrown_away else 0,
+            "wasted_tokens": tokens if thrown_away else 0}
+
+
 def _records_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    rows = [_flatten(r) for r in records]
+    rows = [_wasted(_flatten(r)) for r in records]
     columns: dict[str, None] = dict.fromkeys(FLIGHT_COLUMNS)
     for row in rows:
         columns.update(dict.fromkeys(row))
@@ -232,6 +250,8 @@ def _records_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in present)
         if name in _INT_FIELDS and numbers and all(float(v).is_integer() for v in present):
             out[name] = int64(int(v) if isinstance(v, int | float) and v == v else None for v in values)
+        elif name in _BOOL_FIELDS and all(isinstance(v, bool) for v in present):
+            out[name] = pd.Series(pd.array([v if isinstance(v, bool) else None for v in values], dtype="boolean"))
         elif name in _FLOAT_FIELDS and numbers:
             out[name] = pd.Series([float(v) if isinstance(v, int | float) else None for v in values], dtype="float64")
         elif name in _STRING_FIELDS and all(isinstance(v, str) for v in present):
@@ -290,7 +310,22 @@ def flight_records(path_or_session: SessionLike) -> pd.DataFrame:
     (category), ``operation_id`` (string), ``trigger``, ``outcome`` (category), ``reason``
     (string), ``tokens_before``, ``tokens_after``, ``reclaimed_tokens`` (Int64),
     ``reclaimed_percent`` (float64), ``checkpoint_id`` (string), ``duration_ms`` (Int64),
-    ``quality`` (category); then any other field of the records in order of first appearance.
+    ``quality`` (category); ``generated``, ``skipped_before_generation`` (boolean),
+    ``predicted_after``, ``measured_after``, ``summary_input_tokens``, ``summary_output_tokens``,
+    ``wasted_ms``, ``wasted_tokens`` (Int64); then any other field of the records in order of
+    first appearance.
+
+    The summary of a compaction (issue 20 item 8): ``generated`` is true when a summary request
+    was made to the model; ``predicted_after`` is the continuation predicted before it (soft
+    triggers), ``measured_after`` the one measured after it, ``summary_input_tokens`` /
+    ``summary_output_tokens`` the request's estimated size. ``wasted_ms`` and ``wasted_tokens``
+    are what a *thrown-away* summary cost: its compaction's duration and those tokens when a
+    summary was requested and nothing was appended (skipped by the post-generation ROI,
+    cancelled, stale, failed), else 0 (NA on budget rows and on older records). Totals:
+    ``df[["wasted_ms", "wasted_tokens"]].sum()``; the post-generation ROI misses alone:
+    ``df[df.generated.fillna(False) & (df.outcome == "skipped")]``, and their rate among soft
+    summaries is that count over ``df.generated.fillna(False) & df.trigger.isin(["milestone",
+    "plan_pivot", "turn_complete", "auto_threshold"])``.
     camelCase names become snake_case (``hardLimit`` -> ``hard_limit``, merged with the
     snake_case spelling) and nested objects are flattened with dots. An extra field whose values
     are all whole numbers is ``Int64``, all booleans ``boolean``, all text ``string``.

@@ -6,7 +6,10 @@ tracker) and runs each compaction to exactly one terminal outcome: ``completed``
 
 1. measure the budget; pick the winning trigger (:func:`~.triggers.choose_trigger`);
 2. make an immutable :class:`~.planner.CompactionPlan` and emit ``compaction_start``;
-3. soft triggers: the pre-generation ROI gate;
+3. soft triggers: the pre-generation ROI gate (seed section 6, as written), then a stricter
+   prediction (:mod:`.predict`): the continuation the deterministic capsule would give (grounded
+   and rolled like a model's answer, its cost scaled by the learned model factor) must pass the
+   post-generation gate, or no summary is requested;
 4. generate the capsule with the summarizer under ``timeoutMs``; on timeout (or a failing
    summarizer) fall back at once to the deterministic capsule, ``quality: degraded``;
 5. ground the summary in the history (:func:`~.grounding.ground`: files, checks and skills are
@@ -25,11 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any, get_args
+from dataclasses import replace
+from typing import Any
 
 from ..budget import BudgetCheck, BudgetTracker
 from ..cancel import CancelToken
@@ -41,7 +45,6 @@ from ..scrub import Scrubber
 from ..session.entries import Entry
 from ..session.model_input import ModelInputBuilder
 from ..session.payloads import (
-    BudgetSource,
     CapsuleData,
     CompactionEndPayload,
     CompactionProgressPayload,
@@ -49,18 +52,21 @@ from ..session.payloads import (
     KernelStateData,
     Outcome,
     Quality,
-    TriggerName,
     capsule_data,
 )
 from ..session.store import SessionStore
 from ..tokens import REPLY_PRIMING, TokenCounter
-from .capsule import Capsule, render, roll
-from .extract import deterministic_capsule, extract_facts
-from .grounding import ground
+from .capsule import Capsule, render
+from .capsule_entry import capsule_message, capsule_of
+from .extract import deterministic_capsule
+from .grounding import ground_plan_summary
 from .kernel_section import KernelStateProvider, kernel_state_field, with_kernel_state
+from .outcome import OUTCOMES, CompactionOutcome
 from .planner import CompactionPlan, find_cut_point
+from .predict import SavingsPredictor, SummaryAttempt
+from .progress import Phase, wait_with_progress
 from .snapshot import BudgetSnapshot, SnapshotBox, compaction_of_capsule
-from .summarize import Summarizer, SummaryRequest
+from .summarize import Summarizer, SummaryRequest, summary_input_tokens
 from .triggers import (
     EXEMPT_FROM_SOFT_ROI,
     MANDATORY,
@@ -72,75 +78,11 @@ from .triggers import (
     growth_before_soft_retry,
     post_generation_roi,
     pre_generation_roi,
+    predicted_roi,
     trigger_name,
 )
 
-__all__ = ["OUTCOMES", "CompactionEngine", "CompactionOutcome", "capsule_message", "capsule_of"]
-
-#: How a compaction operation ends (the ``Outcome`` Literal's values).
-OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionOutcome:
-    operation_id: str
-    trigger: TriggerName
-    outcome: Outcome
-    reason: str | None
-    tokens_before: int
-    tokens_after: int
-    checkpoint_id: str | None
-    duration_ms: int
-    quality: Quality | None
-    source: BudgetSource
-    entry: Entry | None = None
-    #: skipped before any summary was generated (pre-generation ROI, or no safe history)
-    skipped_before_generation: bool = False
-    #: model claims (files, checks, skills) the history did not support, dropped from the capsule;
-    #: a count for the flight record and the entry, never the claims' text
-    ungrounded_claims: int = 0
-
-    @property
-    def reclaimed_tokens(self) -> int:
-        return self.tokens_before - self.tokens_after if self.outcome == "completed" else 0
-
-    @property
-    def reclaimed_percent(self) -> float:
-        return round(100.0 * self.reclaimed_tokens / self.tokens_before, 1) if self.tokens_before else 0.0
-
-    def to_event(self) -> CompactionEndPayload:
-        return {"operation_id": self.operation_id, "trigger": self.trigger, "outcome": self.outcome,
-                "reason": self.reason, "tokens_before": self.tokens_before, "tokens_after": self.tokens_after,
-                "reclaimed_tokens": self.reclaimed_tokens, "reclaimed_percent": self.reclaimed_percent,
-                "checkpoint_id": self.checkpoint_id, "duration_ms": self.duration_ms, "quality": self.quality,
-                "source": self.source}
-
-
-def capsule_of(entry: Entry) -> Capsule:
-    return Capsule.from_json(capsule_data(entry).get("state"), where=f"capsule entry {entry.id}")
-
-
-def capsule_message(entry: Entry) -> dict[str, Any]:
-    """The capsule entry as the first message of model input."""
-    data = capsule_data(entry)
-    text = render(capsule_of(entry), checkpoint_id=data.get("checkpointId"),
-                  quality=str(data.get("quality", "ok")), handoff=data.get("trigger") == "capsule_load")
-    return {"role": "user", "content": with_kernel_state(text, entry.data)}
-
-
-class _Phase:
-    """Monotonic 0..100 progress for one operation."""
-
-    def __init__(self, bus: EventBus, operation_id: str) -> None:
-        self.bus, self.operation_id, self.percent = bus, operation_id, 0
-
-    def __call__(self, phase: str, percent: float) -> None:
-        pct = max(self.percent, min(100, int(percent)))
-        if pct != self.percent or phase in ("plan", "done"):
-            self.percent = pct
-            self.bus.emit("compaction_progress", **CompactionProgressPayload(operation_id=self.operation_id,
-                                                                             phase=phase, percent=pct))
-
+__all__ = ["OUTCOMES", "CompactionEngine", "CompactionOutcome"]
 
 class CompactionEngine:
     """Compaction for one session store. Not thread-safe: drive it from the agent's loop."""
@@ -182,6 +124,10 @@ class CompactionEngine:
         #: after a soft capsule missed the post-generation ROI: (context key, effective tokens) below
         #: which a completed turn records no new ``turn_complete`` intent (see growth_before_soft_retry)
         self._soft_retry_at: tuple[str, int] | None = None
+        #: the prediction's learned model-capsule factor (``None``: only the seed's pre-generation gate)
+        self.predictor: SavingsPredictor | None = SavingsPredictor()
+        #: operation id -> what its summary was predicted, requested and measured at (for _finish)
+        self._attempts: dict[str, SummaryAttempt] = {}
 
     # -- configuration -----------------------------------------------------------------------
     @property
@@ -229,12 +175,19 @@ class CompactionEngine:
         return self.intents.record(trigger, self.config.compaction, note)
 
     def soft_ready(self, check: BudgetCheck | None = None) -> bool:
-        """Whether a soft compaction now could get past the pre-generation checks: the ROI gate
-        and a safe cut before the retained window."""
+        """Whether a soft compaction now could get past the pre-generation checks: the ROI gate,
+        enough growth since a soft capsule last missed (or was predicted to miss) the ROI, and a
+        safe cut before the retained window."""
         check = check or self.measure()
-        if not pre_generation_roi(check.effective, self.config.compaction).passed:
+        if not pre_generation_roi(check.effective, self.config.compaction).passed or self._waiting_for_growth(check):
             return False
         return not isinstance(self.plan(Trigger.TURN_COMPLETE, check), str)
+
+    def _waiting_for_growth(self, check: BudgetCheck) -> bool:
+        """The last soft capsule missed (or was predicted to miss) the ROI, and too little was
+        added since for one to pass (see growth_before_soft_retry)."""
+        gate = self._soft_retry_at
+        return gate is not None and gate[0] == check.context_key and check.effective < gate[1]
 
     def record_turn_complete(self) -> bool:
         """After a completed turn: record a ``turn_complete`` intent only when it could pass the
@@ -245,9 +198,8 @@ class CompactionEngine:
         check = self.measure()
         if not pre_generation_roi(check.effective, self.config.compaction).passed:
             return False
-        gate = self._soft_retry_at
-        if gate is not None and gate[0] == check.context_key and check.effective < gate[1]:
-            return False  # the last soft capsule missed the ROI, and too little was added since for one to pass
+        if self._waiting_for_growth(check):
+            return False
         return self.record_intent(Trigger.TURN_COMPLETE)
 
     def model_messages(self) -> list[dict[str, Any]]:
@@ -351,7 +303,7 @@ class CompactionEngine:
             previous_checkpoint_id=capsule_data(capsule_entry).get("checkpointId") if capsule_entry else None,
             instructions=instructions)
         cancel = cancel or CancelToken()
-        silent = _Phase(EventBus(), plan.operation_id)
+        silent = Phase(EventBus(), plan.operation_id)
         capsule, quality, note, _ = await self._generate(plan, cancel, silent)
         if cancel.cancelled:
             raise TurnCancelled(f"{cancel.reason or 'cancelled'}; the summary request was aborted and nothing "
@@ -379,26 +331,24 @@ class CompactionEngine:
             return self._finish(op, trigger, "skipped", planned, check, None, started, before_generation=True)
         plan = planned
         self.bus.emit("compaction_start", **plan.to_event())
-        progress = _Phase(self.bus, plan.operation_id)
+        progress = Phase(self.bus, plan.operation_id)
         progress("plan", 5)
         try:
-            if trigger in SOFT:
-                roi = pre_generation_roi(plan.tokens_before, self.config.compaction)
-                if not roi.passed:
-                    return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started,
-                                        before_generation=True)
-            capsule, quality, note, ungrounded = await self._generate(plan, cancel, progress)
+            local = deterministic_capsule(list(plan.summarize), plan.previous_capsule, plan.previous_checkpoint_id)
+            baseline = self._baseline(plan, local)
+            if trigger in SOFT and (skipped := self._soft_gate(plan, trigger, check, baseline, started)) is not None:
+                return skipped
+            self._requesting(plan)
+            capsule, quality, note, ungrounded = await self._generate(plan, cancel, progress, local=local)
             if cancel.cancelled:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
             progress("measure", 85)
             after = self._measure_after(plan, capsule, quality)
+            self._observe(plan, baseline, capsule, quality, after)
             if trigger not in EXEMPT_FROM_SOFT_ROI:
-                roi = post_generation_roi(plan.tokens_before, after, self.config.compaction)
-                if not roi.passed:
-                    growth = growth_before_soft_retry(plan.tokens_before, after, plan.kept_tokens,
-                                                      self.config.compaction)
-                    self._soft_retry_at = (check.context_key, plan.tokens_before + growth)
-                    return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started,
+                missed = self._missed_soft_roi(plan, check, after)
+                if missed is not None:
+                    return self._finish(plan.operation_id, trigger, "skipped", missed, check, None, started,
                                         tokens_after=after, quality=quality, ungrounded=ungrounded)
             elif trigger not in MANDATORY and after >= plan.tokens_before:
                 # Exempt from the ROI gate is not licence to grow the context: a capsule that makes
@@ -432,9 +382,75 @@ class CompactionEngine:
             return self._finish(plan.operation_id, trigger, "failed", f"{type(exc).__name__}: {exc}", check, None,
                                 started)
 
+    # -- the summary: predicted before, accounted for after --------------------------------
+    def _baseline(self, plan: CompactionPlan, local: Capsule) -> Capsule:
+        """What the prediction scales: ``local``, grounded and rolled like a model's answer when a
+        summarizer writes the capsule (so the factor measures the model, not the rolling)."""
+        if self.summarizer is None or self.predictor is None:
+            return local
+        return ground_plan_summary(plan, local, local).capsule
+
+    def _soft_gate(self, plan: CompactionPlan, trigger: Trigger, check: BudgetCheck, baseline: Capsule,
+                   started: float) -> CompactionOutcome | None:
+        """The skip before any summary is requested, or ``None``: the seed's pre-generation estimate
+        exactly as written, then the stricter prediction of :mod:`.predict` (``baseline``'s cost
+        scaled by the model factor must pass the post-generation gate; a miss waits like a measured one)."""
+        config = self.config.compaction
+        roi = pre_generation_roi(plan.tokens_before, config)
+        if roi.passed and self.predictor is not None:
+            model = self.summarizer is not None
+            cost = self._rendered_tokens(baseline, "ok" if model else "degraded")
+            predicted = self.counter.calibrated(self.base_tokens + self.predictor.capsule_tokens(cost, model=model)
+                                                + self._tail_tokens(plan) + REPLY_PRIMING)
+            self._attempts[plan.operation_id] = SummaryAttempt(predicted_after=predicted,
+                                                               factor=self.predictor.factor if model else 1.0)
+            roi = predicted_roi(plan.tokens_before, predicted, config)
+            if not roi.passed:
+                self._wait_for_growth(plan, check, predicted)
+        if roi.passed:
+            return None
+        return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started,
+                            before_generation=True)
+
+    def _requesting(self, plan: CompactionPlan) -> None:
+        """Account for the summary request about to be made (none without a summarizer)."""
+        if self.summarizer is None:
+            return
+        request = SummaryRequest(plan.summarize, plan.previous_capsule, plan.instructions)
+        self._attempts[plan.operation_id] = replace(self._attempts.get(plan.operation_id, SummaryAttempt()),
+                                                    generated=True,
+                                                    input_tokens=summary_input_tokens(request, self.counter))
+
+    def _observe(self, plan: CompactionPlan, baseline: Capsule, capsule: Capsule, quality: Quality,
+                 after: int) -> None:
+        """Record the measured continuation; teach the predictor how a model's capsule compares with
+        the ``baseline`` of the same plan (only the local fallback is ``degraded``)."""
+        attempt = replace(self._attempts.get(plan.operation_id, SummaryAttempt()), measured_after=after)
+        if attempt.generated and quality != "degraded":
+            model_cost = self._rendered_tokens(capsule, quality)
+            if self.predictor is not None:
+                self.predictor.observe(model_cost, self._rendered_tokens(baseline, "ok"))
+            attempt = replace(attempt, output_tokens=self.counter.count_text(json.dumps(capsule.to_json())))
+        self._attempts[plan.operation_id] = attempt
+
+    def _missed_soft_roi(self, plan: CompactionPlan, check: BudgetCheck, after: int) -> str | None:
+        """The post-generation gate (seed section 6): the reason the capsule misses it, with the
+        wait before the next soft attempt armed, or ``None`` when it passes."""
+        roi = post_generation_roi(plan.tokens_before, after, self.config.compaction)
+        if roi.passed:
+            return None
+        self._wait_for_growth(plan, check, after)
+        return roi.reason
+
+    def _wait_for_growth(self, plan: CompactionPlan, check: BudgetCheck, after: int) -> None:
+        """After a (predicted) miss with ``after`` tokens: no soft attempt until the context grew
+        enough for one to pass, and by at least one token (the same context, the same capsule)."""
+        growth = growth_before_soft_retry(plan.tokens_before, after, plan.kept_tokens, self.config.compaction)
+        self._soft_retry_at = (check.context_key, plan.tokens_before + max(1, growth))
+
     def _append(self, plan: CompactionPlan, trigger: Trigger, capsule: Capsule, quality: Quality, note: str | None,
                 after: int, ungrounded: int, check: BudgetCheck, cancel: CancelToken, started: float,
-                progress: _Phase) -> CompactionOutcome:
+                progress: Phase) -> CompactionOutcome:
         """The only write of a compaction: synchronous, so nothing can run between the cancel and
         leaf checks and the append."""
         progress("append", 95)
@@ -490,12 +506,14 @@ class CompactionEngine:
         return local, "degraded", (f"the model's capsule would have grown the context ({plan.tokens_before:,} → "
                                    f"{model_after:,} tokens); the local deterministic capsule was used"), after
 
-    async def _generate(self, plan: CompactionPlan, cancel: CancelToken,
-                        progress: _Phase) -> tuple[Capsule, Quality, str | None, int]:
+    async def _generate(self, plan: CompactionPlan, cancel: CancelToken, progress: Phase, *,
+                        local: Capsule | None = None) -> tuple[Capsule, Quality, str | None, int]:
         """The capsule of ``plan``, its quality, the outcome note and how many of the model's
-        claims the history did not support (dropped; 0 for the deterministic fallback)."""
+        claims the history did not support (dropped; 0 for the deterministic fallback). ``local``:
+        the plan's deterministic capsule when the caller already made it. Only the fallback is
+        ``degraded``: a model's capsule is ``ok`` or ``partial``."""
         entries = list(plan.summarize)
-        fallback = deterministic_capsule(entries, plan.previous_capsule, plan.previous_checkpoint_id)
+        fallback = local or deterministic_capsule(entries, plan.previous_capsule, plan.previous_checkpoint_id)
         if self.summarizer is None:
             progress("summarize", 80)
             return fallback, "degraded", "no summarizer configured: local deterministic capsule", 0
@@ -505,7 +523,7 @@ class CompactionEngine:
         waiter = asyncio.ensure_future(cancel.wait())
         timeout = self.config.compaction.timeout_ms / 1000
         try:
-            done = await self._wait_with_progress(task, waiter, timeout, progress)
+            done = await wait_with_progress(task, waiter, timeout, progress, self.progress_interval)
         finally:
             waiter.cancel()
         if task not in done:
@@ -522,44 +540,28 @@ class CompactionEngine:
         except Exception as exc:
             progress("summarize", 80)
             return fallback, "degraded", f"model summarization failed ({exc}); local deterministic capsule used", 0
-        # Only a model's summary needs the facts (the fallback is made of them). The fallback's
-        # skills are the grounded ones: its scan starts from the previous capsule's active set.
-        facts = replace(roll(plan.previous_capsule, extract_facts(entries),
-                             previous_checkpoint=plan.previous_checkpoint_id), active_skills=fallback.active_skills)
-        grounded = ground(summary, facts, previous=plan.previous_capsule,
-                          previous_checkpoint=plan.previous_checkpoint_id, fallback_next_steps=fallback.next_steps)
+        grounded = ground_plan_summary(plan, summary, fallback)
         progress("summarize", 80)
         return grounded.capsule, grounded.quality, grounded.note, grounded.ungrounded
-
-    async def _wait_with_progress(self, task: asyncio.Future[Any], waiter: asyncio.Future[Any], timeout: float,
-                                  progress: _Phase) -> set[asyncio.Future[Any]]:
-        """Wait for the summary (or the cancel signal) at most ``timeout`` seconds, moving the
-        progress while it is generated: the share of ``timeoutMs`` elapsed is an honest bound on
-        how far along it is (at ``timeoutMs`` the deterministic capsule takes over), and the
-        summarizer's own chunks-done figure moves it further when it is larger."""
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        while True:
-            remaining = start + timeout - loop.time()
-            if remaining <= 0:
-                return set()
-            done, _ = await asyncio.wait({task, waiter}, timeout=min(self.progress_interval, remaining),
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if done:
-                return done
-            progress("summarize", 10 + 69 * min(1.0, (loop.time() - start) / timeout))
 
     def _measure_after(self, plan: CompactionPlan, capsule: Capsule, quality: Quality,
                        checkpoint_id: str = "ck_0000000000") -> int:
         """Exact size of the continuation: base + rendered capsule + retained tail."""
+        return self.counter.calibrated(self.base_tokens + self._rendered_tokens(capsule, quality, checkpoint_id)
+                                       + self._tail_tokens(plan) + REPLY_PRIMING)
+
+    def _rendered_tokens(self, capsule: Capsule, quality: Quality, checkpoint_id: str = "ck_0000000000") -> int:
+        """Tokens of ``capsule`` as the first message of model input (kernel state included)."""
         text = with_kernel_state(render(capsule, checkpoint_id=checkpoint_id, quality=quality), self._kernel_now)
-        capsule_cost = self.counter.count_message({"role": "user", "content": text})
-        tail = 0
-        if plan.first_kept_entry_id is not None:
-            entries, _ = self.inputs.context_slice()
-            start = self.inputs.position_in_context(plan.first_kept_entry_id)
-            tail = sum(self.counter.count_entry(e) for e in entries[start:]) if start is not None else 0
-        return self.counter.calibrated(self.base_tokens + capsule_cost + tail + REPLY_PRIMING)
+        return self.counter.count_message({"role": "user", "content": text})
+
+    def _tail_tokens(self, plan: CompactionPlan) -> int:
+        """Tokens of the entries ``plan`` keeps verbatim, as they are now."""
+        if plan.first_kept_entry_id is None:
+            return 0
+        entries, _ = self.inputs.context_slice()
+        start = self.inputs.position_in_context(plan.first_kept_entry_id)
+        return sum(self.counter.count_entry(e) for e in entries[start:]) if start is not None else 0
 
     # -- reporting ---------------------------------------------------------------------------
     def _finish(self, operation_id: str, trigger: Trigger, outcome: Outcome, reason: str | None,
@@ -572,7 +574,8 @@ class CompactionEngine:
             tokens_after=tokens_after if tokens_after is not None and outcome == "completed" else check.effective,
             checkpoint_id=checkpoint_id, duration_ms=round((self.clock() - started) * 1000),
             quality=quality if outcome in ("completed", "skipped") else None, source=check.source, entry=entry,
-            skipped_before_generation=before_generation, ungrounded_claims=ungrounded)
+            skipped_before_generation=before_generation, ungrounded_claims=ungrounded,
+            attempt=self._attempts.pop(operation_id, SummaryAttempt()))
         if outcome == "completed":
             self.bus.emit("compaction_progress", **CompactionProgressPayload(operation_id=operation_id, phase="done",
                                                                              percent=100))
@@ -582,10 +585,7 @@ class CompactionEngine:
         else:
             self._last_done, self._last_skip = result.to_event(), None
         if self.flight is not None:
-            self.flight.record("compaction", {**result.to_event(), "hardLimit": check.hard_limit,
-                                              "softLimit": check.soft_limit,
-                                              "contextWindow": check.context_window,
-                                              "ungroundedClaims": result.ungrounded_claims})
+            self.flight.record("compaction", result.flight_record(check))
         self.last_outcome = result
         self.publish()  # the next request as SOBA will send it: what every display shows from now on
         return result

@@ -29,9 +29,12 @@ from dataclasses import dataclass, replace
 
 from ..session.payloads import Quality
 from .capsule import Capsule, Decision, Verification, merge_unique, roll, with_facts
+from .extract import extract_facts
+from .planner import CompactionPlan
 from .shell_parse import normalize_path
 
-__all__ = ["Grounded", "ground", "is_placeholder", "ungrounded_claims", "without_placeholders"]
+__all__ = ["Grounded", "ground", "ground_plan_summary", "is_placeholder", "ungrounded_claims",
+           "without_placeholders"]
 
 #: Template tags of the common engines (ERB/EJS, Jinja/Mustache/Handlebars, JS/shell, Python format)
 _TEMPLATE_TAG = re.compile(r"<%.*?%>|\{\{.*?\}\}|\{%.*?%\}|\$\{[^{}]*\}|\{[A-Za-z_][\w.]*\}", re.DOTALL)
@@ -165,3 +168,14 @@ def ground(summary: Capsule, facts: Capsule, *, previous: Capsule | None = None,
     if not capsule.next_steps:
         capsule = replace(capsule, next_steps=history_steps)
     return Grounded(capsule, "partial" if missing else "ok", ungrounded_claims(summary, facts), tuple(missing))
+
+
+def ground_plan_summary(plan: CompactionPlan, summary: Capsule, fallback: Capsule) -> Grounded:
+    """A model's ``summary`` of ``plan`` grounded in its history (``fallback``: the plan's
+    deterministic capsule). Only a model's summary needs the facts (the fallback is made of them).
+    The fallback's skills are the grounded ones: its scan starts from the previous capsule's
+    active set."""
+    facts = replace(roll(plan.previous_capsule, extract_facts(list(plan.summarize)),
+                         previous_checkpoint=plan.previous_checkpoint_id), active_skills=fallback.active_skills)
+    return ground(summary, facts, previous=plan.previous_capsule, previous_checkpoint=plan.previous_checkpoint_id,
+                  fallback_next_steps=fallback.next_steps)

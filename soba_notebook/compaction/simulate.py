@@ -6,6 +6,12 @@ source entry, so a user can see where each trigger would fire, what each compact
 reclaim, and whether any request would have exceeded the hard limit, for any window and any
 thresholds, on their own sessions or on sessions recorded by other agents.
 
+By default the capsules are the deterministic ones (no summarizer); a caller may pass a
+``summarizer`` (a stand-in for a model, e.g. one whose capsules are larger than the
+deterministic ones, as ``bench/bench_predict.py`` does), switch off the prediction before soft
+summaries (``predict=False``: only the seed's pre-generation gate), and collect the engine's
+flight records (``flight``).
+
 Provider usage recorded in the source describes the *uncompacted* history, so it is trusted only
 until the first simulated capsule changes the model input (its ``contextKey`` stays ``root``).
 """
@@ -21,12 +27,15 @@ from pathlib import Path
 from ..config import SobaConfig
 from ..errors import CompactionFailed
 from ..events import Event, EventBus
+from ..flight import FlightRecorder
 from ..session.entries import Entry
 from ..session.payloads import checkpoint_data
 from ..session.store import SessionStore
 from ..tokens import TokenCounter
-from .barrier import CompactionEngine, capsule_of
+from .barrier import CompactionEngine
 from .capsule import Capsule
+from .capsule_entry import capsule_of
+from .summarize import Summarizer
 from .triggers import TurnState
 
 __all__ = ["InferenceRecord", "SimulationResult", "replay"]
@@ -103,7 +112,8 @@ class _PairCheck:
 
 
 def replay(source: Sequence[Entry], config: SobaConfig, *, counter: TokenCounter | None = None,
-           base_tokens: int = 0, workdir: str | Path | None = None) -> SimulationResult:
+           base_tokens: int = 0, workdir: str | Path | None = None, summarizer: Summarizer | None = None,
+           predict: bool = True, flight: FlightRecorder | None = None) -> SimulationResult:
     """Replay ``source`` (entries on a root-to-leaf path) and report every inference."""
     counter = counter or TokenCounter(config.model.model)
     tmp: tempfile.TemporaryDirectory[str] | None = None
@@ -112,19 +122,30 @@ def replay(source: Sequence[Entry], config: SobaConfig, *, counter: TokenCounter
         workdir = tmp.name
     directory = Path(workdir)
     try:
-        return asyncio.run(_replay(source, config, counter, base_tokens, directory))
+        engine_options = _EngineOptions(summarizer, predict, flight)
+        return asyncio.run(_replay(source, config, counter, base_tokens, directory, engine_options))
     finally:
         if tmp is not None:
             tmp.cleanup()
 
 
+@dataclass(frozen=True, slots=True)
+class _EngineOptions:
+    summarizer: Summarizer | None = None
+    predict: bool = True
+    flight: FlightRecorder | None = None
+
+
 async def _replay(source: Sequence[Entry], config: SobaConfig, counter: TokenCounter, base_tokens: int,
-                  directory: Path) -> SimulationResult:
+                  directory: Path, options: _EngineOptions) -> SimulationResult:
     store = SessionStore.create(directory, meta={"simulation": True})
     bus = EventBus()
     ends: list[Event] = []
     bus.subscribe(lambda e: ends.append(e) if e.type == "compaction_end" else None)
-    engine = CompactionEngine(store, config, counter, bus=bus, summarizer=None, base_tokens=base_tokens)
+    engine = CompactionEngine(store, config, counter, bus=bus, summarizer=options.summarizer, base_tokens=base_tokens,
+                              flight=options.flight)
+    if not options.predict:
+        engine.predictor = None
     dangling = _dangling_calls(source)
     pairs = _PairCheck(engine)
     records: list[InferenceRecord] = []

@@ -49,6 +49,7 @@ __all__ = [
     "chunk_entries",
     "parse_capsule_answer",
     "serialize_entries",
+    "summary_input_tokens",
     "summary_output_budget",
     "summary_system_prompt",
 ]
@@ -215,6 +216,13 @@ def build_summary_prompt(history: str, previous: Capsule | None, instructions: s
         parts.append(f"Additional instructions from the user: {instructions}")
     parts.append("Answer with the JSON object only.")
     return "\n\n".join(parts)
+
+
+def summary_input_tokens(request: SummaryRequest, counter: TokenCounter) -> int:
+    """Estimated input tokens of the summary request for ``request``: the system prompt and the
+    prompt of one chunk holding all of it (a chunked request also repeats the rolling state)."""
+    prompt = build_summary_prompt(serialize_entries(request.entries), request.previous, request.instructions)
+    return counter.count_text(SUMMARY_SYSTEM_PROMPT) + counter.count_text(prompt)
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(\{.*?\})\s*```", re.DOTALL)

@@ -33,6 +33,7 @@ __all__ = [
     "growth_before_soft_retry",
     "post_generation_roi",
     "pre_generation_roi",
+    "predicted_roi",
     "trigger_name",
 ]
 
@@ -161,6 +162,14 @@ def pre_generation_roi(effective: int, config: CompactionConfig) -> RoiCheck:
 def post_generation_roi(tokens_before: int, tokens_after: int, config: CompactionConfig) -> RoiCheck:
     """Seed section 6, after generation: the exact continuation against what it replaces."""
     return _roi(tokens_before - tokens_after, tokens_before, config, "measured reclaimed")
+
+
+def predicted_roi(tokens_before: int, predicted_after: int, config: CompactionConfig) -> RoiCheck:
+    """The post-generation gate applied to a *predicted* continuation, before any summary is
+    requested (:mod:`.predict`): stricter than the seed's pre-generation estimate, never looser."""
+    roi = _roi(tokens_before - predicted_after, tokens_before, config, "predicted reclaimed")
+    return roi if roi.passed else RoiCheck(roi.reclaimable, roi.savings_ratio, False,
+                                           f"{roi.reason}; no summary requested")
 
 
 def growth_before_soft_retry(tokens_before: int, tokens_after: int, kept_tokens: int,
