@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import time
 from collections.abc import Callable
@@ -76,6 +77,8 @@ from .triggers import (
 )
 
 __all__ = ["OUTCOMES", "CompactionEngine", "CompactionOutcome", "capsule_message", "capsule_of"]
+
+_log = logging.getLogger(__name__)
 
 #: How a compaction operation ends (the ``Outcome`` Literal's values).
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
@@ -428,8 +431,12 @@ class CompactionEngine:
         except asyncio.CancelledError:
             self._finish(plan.operation_id, trigger, "cancelled", "the turn was cancelled", check, None, started)
             raise
-        except Exception as exc:  # an engine bug must not take the session down, but is reported
-            return self._finish(plan.operation_id, trigger, "failed", f"{type(exc).__name__}: {exc}", check, None,
+        except Exception as exc:
+            # A bug here must not take the session down (nothing was appended, the turn goes on),
+            # and is never hidden: the outcome names it as a bug and the log keeps its traceback.
+            _log.exception("compaction %s failed with an internal error", plan.operation_id)
+            return self._finish(plan.operation_id, trigger, "failed",
+                                f"internal error: {type(exc).__name__}: {exc}; nothing was appended", check, None,
                                 started)
 
     def _append(self, plan: CompactionPlan, trigger: Trigger, capsule: Capsule, quality: Quality, note: str | None,
