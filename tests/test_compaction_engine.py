@@ -465,3 +465,21 @@ def test_intents_wait_for_the_next_turn_when_this_turn_already_made_its_soft_att
     assert len(summ.calls) == 1 and [i.trigger.value for i in engine.intents.pending()] == ["milestone"]
     run(engine.preflight(TurnState()))
     assert len(summ.calls) == 2 and engine.intents.pending() == ()
+
+
+def test_a_bug_inside_a_compaction_is_named_logged_with_its_traceback_and_appends_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), FakeSummarizer())
+    fill(store, 9000)
+    size = store.file.stat().st_size
+
+    def broken(*_args: object) -> int:
+        raise RuntimeError("a bug in the measure step")
+
+    monkeypatch.setattr(engine, "_measure_after", broken)
+    with caplog.at_level("ERROR", logger="soba_notebook.compaction.barrier"):
+        outcome = run(engine.compact(Trigger.USER))
+    assert outcome.outcome == "failed" and outcome.reason.startswith("internal error: RuntimeError: a bug"), outcome
+    assert store.file.stat().st_size == size, "nothing was appended"
+    (record,) = [r for r in caplog.records if r.name == "soba_notebook.compaction.barrier"]
+    assert record.exc_info is not None and "a bug in the measure step" in str(record.exc_info[1])

@@ -162,6 +162,22 @@ def test_full_disk_append_is_one_clear_error_and_the_tail_is_quarantined(tiny_di
     assert any("a write failed" in str(w.message) or "not valid JSON" in str(w.message) for w in seen)
 
 
+def test_full_disk_batch_append_is_one_clear_error_like_a_single_append(tiny_disk: Path) -> None:
+    """Issue 21 item 13: append_many let a raw OSError out; both appends share one write path."""
+    store = SessionStore.create(tiny_disk / "sessions")
+    store.append(user_message("kept"))
+    filler = _fill(tiny_disk, leave=1000)
+    with pytest.raises(SessionError, match=rf"{store.file}: could not append the batch of 3 entries "
+                                           rf"\(No space left on device\); it was not saved"):
+        store.append_many([user_message("z" * 20_000) for _ in range(3)])
+    filler.unlink()
+    store.append(user_message("after the disk was freed"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reopened = SessionStore.open(store.file)
+    assert [e.text for e in reopened.path()] == ["kept", "after the disk was freed"]
+
+
 def test_a_torn_tail_is_copied_whole_or_the_warning_says_nothing_could_be_copied(tiny_disk: Path) -> None:
     """Issue 21 item 9: on a still-full disk the ``.torn-N`` copy was left empty, and every later
     open said the torn bytes were in it."""

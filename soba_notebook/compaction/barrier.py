@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import secrets
 import time
 from collections.abc import Callable
@@ -378,8 +379,10 @@ class CompactionEngine:
         except asyncio.CancelledError:
             self._finish(plan.operation_id, trigger, "cancelled", "the turn was cancelled", check, None, started)
             raise
-        except Exception as exc:  # an engine bug must not take the session down, but is reported
-            return self._finish(plan.operation_id, trigger, "failed", f"{type(exc).__name__}: {exc}", check, None,
+        except Exception as exc:  # a bug: the session goes on (nothing appended), the bug is named and logged
+            logging.getLogger(__name__).exception("compaction %s failed with an internal error", plan.operation_id)
+            return self._finish(plan.operation_id, trigger, "failed",
+                                f"internal error: {type(exc).__name__}: {exc}; nothing was appended", check, None,
                                 started)
 
     # -- the summary: predicted before, accounted for after --------------------------------

@@ -384,7 +384,7 @@ class SessionStore:
                 payload = clean_surrogates(payload)
                 entry = Entry.from_json(json.loads(payload))
                 data = (("\n" if self._needs_newline else "") + payload + "\n").encode()
-            self._write_line(data, entry)
+            self._write(data, f"{entry.type} entry")
             self._needs_newline = False
             self._offset += len(data)
             self._line_no += 1
@@ -413,15 +413,7 @@ class SessionStore:
             if self.lease is not None:
                 self.lease.verify()
             filled, data = self._serialize_batch(entries)
-            fd = os.open(self.file, os.O_WRONLY | os.O_APPEND)
-            try:
-                view = memoryview(data)
-                while view:  # regular files write fully; loop only to be exact about it
-                    view = view[os.write(fd, view):]
-                if self.fsync:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
+            self._write(data, f"batch of {len(filled):,} entries")
             self._needs_newline = False
             self._offset += len(data)
             out: list[Entry] = []
@@ -465,30 +457,32 @@ class SessionStore:
         parts.append(b"")
         return filled, b"\n".join(parts)
 
-    def _write_line(self, data: bytes, entry: Entry) -> None:
-        """One ``write`` of a whole line. On a full disk or an I/O error: a :class:`SessionError`
-        naming the file and the cause, and any bytes that did land are a torn line the next append
-        steps over (and the next open quarantines), never a half-entry glued to the next one."""
+    def _write(self, data: bytes, what: str) -> None:
+        """The one write path of :meth:`append` and :meth:`append_many`: ``data`` (whole lines)
+        appended, or a :class:`SessionError` naming the file, ``what`` was not saved and the cause
+        (a full disk, a vanished file), never a raw ``OSError``. Bytes that did land before the
+        failure are a torn line the next append steps over (and the next open quarantines), never a
+        half-entry glued to the next one."""
         written = 0
         try:
             fd = os.open(self.file, os.O_WRONLY | os.O_APPEND)
             try:
-                written = os.write(fd, data)
-                if written == len(data) and self.fsync:
+                while written < len(data):  # a regular file writes fully or fails; loop to be exact
+                    written += os.write(fd, memoryview(data)[written:])
+                if self.fsync:
                     os.fsync(fd)
             finally:
                 os.close(fd)
         except OSError as exc:
-            raise self._write_failed(entry, exc.strerror or str(exc), written) from None
-        if written != len(data):
-            raise self._write_failed(entry, f"only {written:,} of {len(data):,} bytes were written", written)
+            raise self._write_failed(what, exc.strerror or str(exc), written, len(data)) from None
 
-    def _write_failed(self, entry: Entry, cause: str, written: int) -> SessionError:
+    def _write_failed(self, what: str, cause: str, written: int, size: int) -> SessionError:
         if written:
             self._offset += written
             self._line_no += 1
             self._needs_newline = True
-        return SessionError(f"{self.file}: could not append the {entry.type} entry ({cause}); it was not saved. "
+        landed = f"; {written:,} of {size:,} bytes landed and are set aside as a torn line" if written else ""
+        return SessionError(f"{self.file}: could not append the {what} ({cause}); it was not saved{landed}. "
                             f"Free some space (or fix the disk) and go on: the session stays readable")
 
     # -- the writer lease --------------------------------------------------------------------
