@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +105,23 @@ def is_summary_request(body: dict[str, Any]) -> bool:
     if system is None:
         system = [m.get("content") for m in body.get("messages", []) if m.get("role") == "system"]
     return "Context Capsule" in str(system)
+
+
+def file_writer(files: int, content: str, summary: dict[str, Any], answer: str
+                ) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
+    """A fake-server handler for an agent that writes ``f1.txt`` .. ``f{files}.txt`` (each ``content``,
+    one tool call a request, no usage reported), then answers ``answer``; a summary request gets
+    ``summary`` as its reply."""
+    count = {"n": 0}
+
+    def handler(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if is_summary_request(body):
+            return summary
+        count["n"] += 1
+        if count["n"] <= files:
+            return {"tool_calls": [{"id": f"w{count['n']}", "name": "write_file",
+                                    "arguments": {"path": f"f{count['n']}.txt", "content": content}}],
+                    "usage": False}
+        return {"text": answer, "usage": False}
+
+    return handler

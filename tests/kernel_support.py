@@ -3,30 +3,69 @@
 :class:`Kernel` wraps ``jupyter_client``'s ``KernelManager``: ``submit`` sends a cell and returns at
 once (so two kernels can be sent cells at the same moment), ``wait`` collects what that cell
 showed as text, ``run`` does both; ``wait_for_text`` waits for a running cell to show something.
-The kernel imports the package of the repository this file lives in (``PYTHONPATH``) and sees
-only ``home`` as its home directory.
+:func:`run_cell` is the one loop for a test that drives a kernel client itself: a cell's reply
+and every message it sent, in order. The kernel imports the package of the repository this file
+lives in (``PYTHONPATH``) and sees only ``home`` as its home directory.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from jupyter_client import KernelManager
 
-__all__ = ["REPO", "Kernel"]
+__all__ = ["REPO", "Kernel", "fake_server_project", "run_cell"]
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-class Kernel:
-    """A real IPython kernel in ``project`` with ``%load_ext soba_notebook`` run."""
+def fake_server_project(tmp_path: Path, base_url: str, **compaction: object) -> Path:
+    """``tmp_path/project`` whose config sends the model ``gpt-4o-mini`` to ``base_url`` with the key
+    in ``SOBA_TEST_KEY``, and ``compaction`` as its compaction settings."""
+    project = tmp_path / "project"
+    (project / ".soba").mkdir(parents=True)
+    (project / ".soba" / "config.json").write_text(json.dumps({
+        "model": {"provider": "openai", "model": "gpt-4o-mini", "baseUrl": base_url, "apiKeyEnv": "SOBA_TEST_KEY"},
+        "compaction": compaction}))
+    return project
 
-    def __init__(self, project: Path, home: Path, env: Mapping[str, str] | None = None) -> None:
+
+def run_cell(kc: Any, code: str, timeout: float = 120) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Execute ``code`` on the kernel client ``kc``: its execute_reply content and every iopub
+    message of the cell, in order, until the kernel is idle again."""
+    msg_id = kc.execute(code)
+    messages: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            msg = kc.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        messages.append(msg)
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            while True:  # a reply to an earlier cell nobody read may come first
+                reply = kc.get_shell_msg(timeout=10)
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    return reply["content"], messages
+    raise TimeoutError(f"cell did not finish: {code[:60]}")
+
+
+class Kernel:
+    """A real IPython kernel in ``project`` with ``%load_ext soba_notebook`` run; ``timeout`` is how
+    long a cell may run unless told otherwise."""
+
+    def __init__(self, project: Path, home: Path, env: Mapping[str, str] | None = None,
+                 timeout: float = 120) -> None:
         home.mkdir(parents=True, exist_ok=True)
+        self.timeout = timeout
         self.km = KernelManager(kernel_name="python3")
         full_env = {**os.environ, "HOME": str(home), "NO_PROXY": "*",
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
@@ -45,7 +84,7 @@ class Kernel:
         """Send a cell; its message id (``wait`` for its outcome)."""
         return str(self.kc.execute(code))
 
-    def run(self, code: str, timeout: float = 120) -> tuple[str, str]:
+    def run(self, code: str, timeout: float | None = None) -> tuple[str, str]:
         """Execute ``code``; the reply status and everything the cell showed as text."""
         return self.wait(self.submit(code), timeout)
 
@@ -68,17 +107,18 @@ class Kernel:
         elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
             self._idle.add(parent)
 
-    def wait_for_text(self, msg_id: str, needle: str, timeout: float = 120) -> str:
+    def wait_for_text(self, msg_id: str, needle: str, timeout: float | None = None) -> str:
         """Wait until the running cell ``msg_id`` has shown ``needle``; what it showed so far."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while needle not in "".join(self._texts.get(msg_id, [])):
             if msg_id in self._idle or time.monotonic() > deadline:
                 raise AssertionError(f"the cell never showed {needle!r}: {''.join(self._texts.get(msg_id, []))}")
             self._pump()
         return "".join(self._texts[msg_id])
 
-    def wait(self, msg_id: str, timeout: float = 120) -> tuple[str, str]:
+    def wait(self, msg_id: str, timeout: float | None = None) -> tuple[str, str]:
         """Wait until cell ``msg_id`` ends: its reply status and everything it showed as text."""
+        timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         while msg_id not in self._idle:
             if time.monotonic() > deadline:

@@ -133,32 +133,41 @@ def running_llama_server(log: Path, *, template: Path | None = None,
                                    env={**os.environ, "NO_PROXY": "*"})
     root = f"http://127.0.0.1:{port}"
     try:
-        _wait_for_health(process, root, log)
+        # /health says 503 while the model loads; the limit is far past a load that takes half a
+        # second: only a server that never comes up reaches it
+        _wait_until_up(process, f"{root}/health", log, name="llama-server", verb="load",
+                       limit=IDLE_WAIT_LIMIT, request_timeout=10, pause=0.1)
         yield LlamaServer(f"{root}/v1", root, context, log, template)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
+        _stop(process, timeout=30)
 
 
-def _wait_for_health(process: subprocess.Popen[bytes], root: str, log: Path) -> None:
-    """Until ``/health`` says 200 (503 while the model loads), or the server exits. The limit is
-    far past a load that takes half a second: only a server that never comes up reaches it."""
-    deadline = time.monotonic() + IDLE_WAIT_LIMIT
+def _wait_until_up(process: subprocess.Popen[bytes], url: str, log: Path, *, name: str, verb: str,
+                   limit: float, request_timeout: float, pause: float) -> None:
+    """Until GET ``url`` says 200, or the server ``process`` exits (an error with its log's tail);
+    past ``limit`` seconds an error saying ``name`` did not ``verb`` within it."""
+    deadline = time.monotonic() + limit
     while True:
         if process.poll() is not None:
-            raise RuntimeError(f"llama-server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+            raise RuntimeError(f"{name} exited with {process.returncode}:\n{log.read_text()[-3000:]}")
         try:
-            if httpx.get(f"{root}/health", timeout=10, trust_env=False).status_code == 200:
+            if httpx.get(url, timeout=request_timeout, trust_env=False).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         if time.monotonic() > deadline:
-            raise RuntimeError(f"llama-server did not load within {IDLE_WAIT_LIMIT:,.0f} s:\n{log.read_text()[-3000:]}")
-        time.sleep(0.1)
+            raise RuntimeError(f"{name} did not {verb} within {limit:,.0f} s:\n{log.read_text()[-3000:]}")
+        time.sleep(pause)
+
+
+def _stop(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Terminate the server; kill it if it has not gone within ``timeout`` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=timeout)
 
 
 def _missing() -> str | None:
@@ -190,26 +199,11 @@ def running_server(log: Path, context: int = SERVER_CONTEXT) -> Iterator[LocalSe
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_PROXY": "*"})
     base_url = f"http://127.0.0.1:{port}/v1"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"the model server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{base_url}/models", timeout=2, trust_env=False).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the model server did not start within 120 s:\n{log.read_text()[-3000:]}")
-            time.sleep(0.25)
+        _wait_until_up(process, f"{base_url}/models", log, name="the model server", verb="start",
+                       limit=120, request_timeout=2, pause=0.25)
         yield LocalServer(base_url, context, log)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=15)
+        _stop(process, timeout=15)
 
 
 def project_config(server: LocalServer | LlamaServer, **compaction: object) -> dict[str, object]:

@@ -2,42 +2,23 @@
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from IPython.core.interactiveshell import InteractiveShell
+from test_magics import _use_fake_server, shell  # noqa: F401  (the magics' one shell fixture)
 
-from soba_notebook.notebook import controller as controller_module
 from soba_notebook.session import SessionStore
 
 
-@pytest.fixture
-def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "home").mkdir()
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(controller_module, "detect_frontend", lambda: "terminal")
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "soba_notebook")
-    try:
-        yield sh
-    finally:
-        sh.run_line_magic("unload_ext", "soba_notebook")
-
-
 def test_capsule_list_has_a_header_over_aligned_columns_and_explains_the_mark(
-        shell: InteractiveShell, tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch,
+        shell: InteractiveShell, tmp_path: Path, fake_server: FakeServer,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("SOBA_TEST_KEY", "k" * 12)
-    (tmp_path / ".soba").mkdir()
-    (tmp_path / ".soba" / "config.json").write_text(json.dumps({
-        "model": {"provider": "openai", "model": "gpt-4o-mini", "baseUrl": fake_server.openai_base_url,
-                  "apiKeyEnv": "SOBA_TEST_KEY", "contextWindow": 128000, "maxOutputTokens": 4000},
-        "compaction": {"keepRecentTokens": 200}}))
+    _use_fake_server(tmp_path, fake_server, keepRecentTokens=200)
     for i in range(6):  # enough history that a capsule replaces more than it costs
         fake_server.openai.enqueue(text=f"answer {i} " + "words " * 400)
         shell.run_line_magic("soba", f"question {i}")
@@ -61,13 +42,13 @@ def test_capsule_list_has_a_header_over_aligned_columns_and_explains_the_mark(
     assert legend.startswith("* the capsule in force")
 
 
-def test_capsule_list_with_nothing_yet_says_how_to_make_one(shell: InteractiveShell,
+def test_capsule_list_with_nothing_yet_says_how_to_make_one(shell: InteractiveShell,  # noqa: F811
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     shell.run_line_magic("capsule", "list")
     assert capsys.readouterr().out.splitlines()[-1] == "no capsules yet: %compact or %capsule create make one"
 
 
-def _store(shell: InteractiveShell) -> SessionStore:
+def _store(shell: InteractiveShell) -> SessionStore:  # noqa: F811
     from soba_notebook.notebook import _LOADED
 
     handle = _LOADED[id(shell)].session.handle

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agent_support import is_summary_request, make_agent
+from agent_support import file_writer, make_agent
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from IPython.core.interactiveshell import InteractiveShell
 from test_magics import _magics, _use_fake_server, shell  # noqa: F401
@@ -20,19 +20,7 @@ from soba_notebook.events import EventBus
 
 
 def _writer(summary: str) -> Any:
-    count = {"n": 0}
-
-    def handler(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        if is_summary_request(body):
-            return {"text": summary}
-        count["n"] += 1
-        if count["n"] <= 4:
-            return {"tool_calls": [{"id": f"w{count['n']}", "name": "write_file",
-                                    "arguments": {"path": f"f{count['n']}.txt", "content": "x " * 400}}],
-                    "usage": False}
-        return {"text": "written", "usage": False}
-
-    return handler
+    return file_writer(4, "x " * 400, {"text": summary}, "written")
 
 
 def test_an_unknown_event_type_is_refused_and_a_turn_and_a_compaction_emit_the_design_events(

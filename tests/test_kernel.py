@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import sys
 import time
@@ -12,9 +11,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from agent_support import is_summary_request
+from agent_support import file_writer, is_summary_request
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from jupyter_client import KernelManager
+from kernel_support import run_cell
 from nbclient import NotebookClient
 
 from soba_notebook.session import SessionStore, list_sessions
@@ -67,22 +67,9 @@ def test_quickstart_runs_end_to_end_and_its_saved_widget_shows_a_completed_compa
 
 
 def _execute(kc, code: str, timeout: float = 60) -> tuple[str, list[dict]]:
-    msg_id = kc.execute(code)
-    outputs: list[dict] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = kc.get_iopub_msg(timeout=1)
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] in ("stream", "error", "display_data", "execute_result"):
-            outputs.append(msg["content"])
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            reply = kc.get_shell_msg(timeout=10)
-            return reply["content"]["status"], outputs
-    raise TimeoutError(f"cell did not finish: {code[:60]}")
+    reply, messages = run_cell(kc, code, timeout)
+    return reply["status"], [m["content"] for m in messages
+                             if m["msg_type"] in ("stream", "error", "display_data", "execute_result")]
 
 
 def test_kernel_interrupt_during_a_compaction_cancels_the_turn_and_appends_no_capsule(
@@ -94,21 +81,10 @@ def test_kernel_interrupt_during_a_compaction_cancels_the_turn_and_appends_no_ca
                   "apiKeyEnv": "SOBA_TEST_KEY", "contextWindow": 16000, "maxOutputTokens": 1000},
         "compaction": {"safetyReserveTokens": 1000, "keepRecentTokens": 2000, "minTokensForAutoCompact": 4000,
                        "minReclaimableTokens": 500, "timeoutMs": 60000}}))
-    state = {"agent": 0}
-
-    def handler(path: str, body: dict) -> dict:
-        if is_summary_request(body):  # the summary comes so slowly that the interrupt lands first
-            # (headers_delay: a stream carrying no usage makes the provider ask without streaming,
-            # and a plain reply is slow only before its headers)
-            return {"text": ["{", '"goal": ', '"g"', "}"], "headers_delay": 2.0, "usage": False}
-        state["agent"] += 1
-        if state["agent"] <= 6:
-            return {"tool_calls": [{"id": f"w{state['agent']}", "name": "write_file",
-                                    "arguments": {"path": f"f{state['agent']}.txt", "content": "data " * 700}}],
-                    "usage": False}
-        return {"text": "done", "usage": False}
-
-    fake_server.handler = handler
+    # the summary comes so slowly that the interrupt lands first (headers_delay: a stream carrying
+    # no usage makes the provider ask without streaming, and a plain reply is slow only before its headers)
+    slow_summary = {"text": ["{", '"goal": ', '"g"', "}"], "headers_delay": 2.0, "usage": False}
+    fake_server.handler = file_writer(6, "data " * 700, slow_summary, "done")
     km = KernelManager(kernel_name="python3")
     env = {**os.environ, "SOBA_TEST_KEY": "k" * 16, "HOME": str(tmp_path / "home"),
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}

@@ -10,6 +10,7 @@ import pytest
 from agent_support import is_summary_request
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from jupyter_client import KernelManager
+from kernel_support import fake_server_project
 from test_kernel import REPO, _execute
 
 pytestmark = pytest.mark.kernel
@@ -22,12 +23,7 @@ def _text(message: dict) -> str:
 
 def test_kernel_state_survives_compaction_the_variables_tool_sees_it_and_user_cells_are_noted(
         tmp_path: Path, fake_server: FakeServer) -> None:
-    project = tmp_path / "project"
-    (project / ".soba").mkdir(parents=True)
-    (project / ".soba" / "config.json").write_text(json.dumps({
-        "model": {"provider": "openai", "model": "gpt-4o-mini", "baseUrl": fake_server.openai_base_url,
-                  "apiKeyEnv": "SOBA_TEST_KEY"},
-        "compaction": {"keepRecentTokens": 60}}))
+    project = fake_server_project(tmp_path, fake_server.openai_base_url, keepRecentTokens=60)
     turn = {"n": 0}
 
     def handler(path: str, body: dict) -> dict:

@@ -4,7 +4,6 @@ turn runs cancels that turn cleanly first (issues 20.1, 21.2, 21.4)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 from agent_support import is_summary_request
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
-from kernel_support import Kernel
+from kernel_support import Kernel, fake_server_project
 
 from soba_notebook.session import SessionStore, build_context, list_sessions
 from soba_notebook.session.context import pair_problems
@@ -84,16 +83,6 @@ def _slow_model(fake_server: FakeServer, command: str) -> None:
     fake_server.handler = handler
 
 
-def _project(tmp_path: Path, fake_server: FakeServer) -> Path:
-    project = tmp_path / "project"
-    (project / ".soba").mkdir(parents=True)
-    (project / ".soba" / "config.json").write_text(json.dumps({
-        "model": {"provider": "openai", "model": "gpt-4o-mini", "baseUrl": fake_server.openai_base_url,
-                  "apiKeyEnv": "SOBA_TEST_KEY"},
-        "compaction": {"keepRecentTokens": 100}}))
-    return project
-
-
 def _kernel(project: Path, tmp_path: Path) -> Kernel:
     return Kernel(project, tmp_path / "home", env={"SOBA_TEST_KEY": "k" * 16})
 
@@ -116,7 +105,7 @@ def _wait_for(path: Path) -> None:
 
 def test_compact_in_the_kernel_whose_tool_call_runs_waits_for_its_result_and_never_splits_the_pair(
         tmp_path: Path, fake_server: FakeServer) -> None:
-    project = _project(tmp_path, fake_server)
+    project = fake_server_project(tmp_path, fake_server.openai_base_url, keepRecentTokens=100)
     _slow_model(fake_server, WAIT_FOR_RELEASE)
     k = _kernel(project, tmp_path)
     try:
@@ -146,7 +135,7 @@ def test_compact_in_the_kernel_whose_tool_call_runs_waits_for_its_result_and_nev
 
 def test_a_session_another_kernel_writes_is_refused_naming_it_and_taking_it_over_mid_call_keeps_every_pair(
         tmp_path: Path, fake_server: FakeServer) -> None:
-    project = _project(tmp_path, fake_server)
+    project = fake_server_project(tmp_path, fake_server.openai_base_url, keepRecentTokens=100)
     _slow_model(fake_server, WAIT_FOR_RELEASE)
     one, two = _kernel(project, tmp_path), _kernel(project, tmp_path)
     try:
@@ -200,7 +189,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("switch", ["%soba --new hello", "%soba resume {earlier}"])
 def test_switching_sessions_during_a_background_turn_cancels_it_records_cancelled_and_leaves_no_child(
         tmp_path: Path, fake_server: FakeServer, switch: str) -> None:
-    project = _project(tmp_path, fake_server)
+    project = fake_server_project(tmp_path, fake_server.openai_base_url, keepRecentTokens=100)
     _slow_model(fake_server, SLEEPER)
     k = _kernel(project, tmp_path)
     try:

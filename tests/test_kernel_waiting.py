@@ -4,36 +4,14 @@ model's first byte, counts in place, and the reply takes the waiting line's plac
 from __future__ import annotations
 
 import json
-import os
-import queue
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
-from jupyter_client import KernelManager
+from kernel_support import Kernel, run_cell
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.kernel
-
-
-def _cell_messages(kc: Any, code: str, timeout: float = 120) -> list[dict[str, Any]]:
-    """Every iopub message of one cell, in order, until the kernel is idle again."""
-    msg_id = kc.execute(code)
-    messages: list[dict[str, Any]] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = kc.get_iopub_msg(timeout=1)
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        messages.append(msg)
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            return messages
-    raise TimeoutError(f"cell did not finish: {code[:60]}")
 
 
 def test_the_cell_shows_the_waiting_line_before_a_slow_first_byte_and_the_reply_takes_its_place(
@@ -44,20 +22,11 @@ def test_the_cell_shows_the_waiting_line_before_a_slow_first_byte_and_the_reply_
         "provider": "openai", "model": "gpt-4o-mini", "baseUrl": fake_server.openai_base_url,
         "apiKeyEnv": "SOBA_TEST_KEY", "contextWindow": 128000, "maxOutputTokens": 4000}}))
     fake_server.openai.enqueue(text="the answer is 42", headers_delay=3.0)  # nothing for 3 s
-    km = KernelManager(kernel_name="python3")
-    env = {**os.environ, "SOBA_TEST_KEY": "k" * 16, "HOME": str(tmp_path / "home"),
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    km.start_kernel(cwd=str(project), env=env)
-    kc = km.client()
-    kc.start_channels()
+    kernel = Kernel(project, tmp_path / "home", env={"SOBA_TEST_KEY": "k" * 16})
     try:
-        kc.wait_for_ready(timeout=60)
-        loaded = _cell_messages(kc, "%load_ext soba_notebook")
-        assert not [m for m in loaded if m["msg_type"] == "error"]
-        messages = _cell_messages(kc, "%soba what is the answer?")
+        _, messages = run_cell(kernel.kc, "%soba what is the answer?")
     finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+        kernel.close()
     shown = [(m["msg_type"], m["content"].get("transient", {}).get("display_id"), m["content"]["data"])
              for m in messages if m["msg_type"] in ("display_data", "update_display_data")]
     assert not [m for m in messages if m["msg_type"] == "error"]

@@ -74,6 +74,17 @@ def notebook(clock: Clock) -> tuple[CellRenderer, Screen]:
 
 
 # -- formatters and the reducer ------------------------------------------------------------------
+def terminal_after_five_seconds_waiting(ansi: bool) -> tuple[Clock, list[str], CellRenderer]:
+    """A terminal's renderer that has waited 5 s for model ``m`` (80 ticks of 1/16 s), and what it wrote."""
+    clock, written = Clock(), list[str]()
+    renderer = CellRenderer("terminal", written.append, clock=clock, ansi=ansi)
+    renderer.handle(ev("request_start", model="m", provider="p", inference=1))
+    for _ in range(80):
+        clock.now += 0.0625
+        renderer.tick()
+    return clock, written, renderer
+
+
 def test_a_retry_reads_as_plain_words_with_its_wait_and_attempt() -> None:
     assert retry_text(RETRY) == ("connection to the server failed (ReadError); retrying in 0.3 s "
                                  "(attempt 1 of 4)")
@@ -190,12 +201,7 @@ def test_compact_progress_updates_in_place_and_the_summary_takes_its_place() -> 
 
 
 def test_a_terminal_gets_one_line_rewritten_in_place_and_erased_before_the_reply() -> None:
-    clock, written = Clock(), []
-    renderer = CellRenderer("terminal", written.append, clock=clock, ansi=True)
-    renderer.handle(ev("request_start", model="m", provider="p", inference=1))
-    for _ in range(80):
-        clock.now += 0.0625
-        renderer.tick()
+    clock, written, renderer = terminal_after_five_seconds_waiting(ansi=True)
     renderer.handle(ev("message_delta", clock.now, text="hi"))
     renderer.handle(ev("turn_end", clock.now, session_id="s", outcome="completed", error=None))
     out = "".join(written)
@@ -205,12 +211,7 @@ def test_a_terminal_gets_one_line_rewritten_in_place_and_erased_before_the_reply
 
 
 def test_a_terminal_that_is_not_a_tty_gets_no_live_line_and_a_retry_as_one_plain_line() -> None:
-    clock, written = Clock(), []
-    renderer = CellRenderer("terminal", written.append, clock=clock, ansi=False)
-    renderer.handle(ev("request_start", model="m", provider="p", inference=1))
-    for _ in range(80):
-        clock.now += 0.0625
-        renderer.tick()
+    clock, written, renderer = terminal_after_five_seconds_waiting(ansi=False)
     renderer.handle(ev("retry", clock.now, **RETRY))
     renderer.handle(ev("message_delta", clock.now, text="hi"))
     renderer.handle(ev("turn_end", clock.now, session_id="s", outcome="completed", error=None))

@@ -5,8 +5,6 @@ instead of being sent to the model as a prompt."""
 from __future__ import annotations
 
 import json
-import os
-import queue
 import re
 import time
 from collections.abc import Iterator
@@ -17,7 +15,7 @@ import pytest
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from jupyter_client import KernelManager
+from kernel_support import Kernel, run_cell
 from test_magics import shell  # noqa: F401  (the magics' one shell fixture)
 
 from soba_notebook.notebook import _LOADED, verbatim
@@ -29,16 +27,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _run(kc: Any, code: str, timeout: float = 120) -> tuple[dict[str, Any], str]:
     """Execute ``code``; its execute_reply content and the text it showed (streams, errors, displays)."""
-    msg_id = kc.execute(code)
+    reply, messages = run_cell(kc, code, timeout)
     shown: list[str] = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            msg = kc.get_iopub_msg(timeout=1)
-        except queue.Empty:
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
+    for msg in messages:
         content = msg["content"]
         if msg["msg_type"] == "stream":
             shown.append(content["text"])
@@ -46,12 +37,7 @@ def _run(kc: Any, code: str, timeout: float = 120) -> tuple[dict[str, Any], str]
             shown.append(f"{content['ename']}: {content['evalue']}")
         elif msg["msg_type"] in ("display_data", "execute_result"):
             shown.append(content["data"].get("text/plain", ""))
-        elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
-            while True:
-                reply = kc.get_shell_msg(timeout=10)
-                if reply["parent_header"].get("msg_id") == msg_id:
-                    return reply["content"], "".join(shown)
-    raise TimeoutError(f"cell did not finish: {code[:60]}")
+    return reply, "".join(shown)
 
 
 @pytest.fixture
@@ -59,21 +45,11 @@ def kernel(tmp_path: Path) -> Iterator[tuple[Any, Path]]:
     """A real kernel in an empty project (no config: the offline scripted model), extension loaded."""
     project = tmp_path / "project"
     project.mkdir()
-    (tmp_path / "home").mkdir()
-    km = KernelManager(kernel_name="python3")
-    env = {**os.environ, "HOME": str(tmp_path / "home"),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    km.start_kernel(cwd=str(project), env=env)
-    kc = km.client()
-    kc.start_channels()
+    running = Kernel(project, tmp_path / "home")
     try:
-        kc.wait_for_ready(timeout=60)
-        reply, shown = _run(kc, "%load_ext soba_notebook")
-        assert reply["status"] == "ok", shown
-        yield kc, project
+        yield running.kc, project
     finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+        running.close()
 
 
 def _prompts(project: Path) -> list[str]:

@@ -18,7 +18,10 @@ from soba_notebook.notebook.magics import SobaMagics
 
 @pytest.fixture
 def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
+    """The one in-process shell with soba_notebook loaded, in ``tmp_path`` with an empty home (no
+    ``~/.soba`` config: without a project config, the offline model); other test files import it."""
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "home").mkdir(exist_ok=True)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setattr(controller_module, "detect_frontend", lambda: "terminal")
     sh = InteractiveShell.instance()
@@ -35,6 +38,15 @@ def _use_fake_server(tmp_path: Path, server: FakeServer, **compaction: object) -
         "model": {"provider": "openai", "model": "gpt-4o-mini", "baseUrl": server.openai_base_url,
                   "apiKeyEnv": "SOBA_TEST_KEY", "contextWindow": 128000, "maxOutputTokens": 4000},
         "compaction": compaction}))
+
+
+def _soba_outputs(shell: InteractiveShell, capsys: pytest.CaptureFixture[str], *lines: str) -> list[str]:
+    """Run ``%soba LINE`` for each line in turn; what each printed."""
+    outputs = []
+    for line in lines:
+        shell.run_line_magic("soba", line)
+        outputs.append(capsys.readouterr().out)
+    return outputs
 
 
 def _magics(shell: InteractiveShell) -> SobaMagics:

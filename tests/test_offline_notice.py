@@ -2,33 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
-
-from soba_notebook.notebook import controller as controller_module
-
-
-@pytest.fixture
-def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "home").mkdir()
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.soba config: no provider, the offline model
-    for name in ("SOBA_PROVIDER", "SOBA_MODEL", "SOBA_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(controller_module, "detect_frontend", lambda: "terminal")
-    sh = InteractiveShell.instance()
-    sh.run_line_magic("load_ext", "soba_notebook")
-    try:
-        yield sh
-    finally:
-        sh.run_line_magic("unload_ext", "soba_notebook")
+from test_magics import shell  # noqa: F401  (the magics' one shell fixture)
 
 
 def test_offline_disclaimer_is_said_in_full_once_per_session_and_in_one_line_each_later_turn(
-        shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:
+        shell: InteractiveShell, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
     prompts = ["create a calculator package", "add a parser", "add a command line"]
     outputs = []
     for prompt in prompts:

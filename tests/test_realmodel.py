@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import queue
 import threading
 import time
 from collections.abc import Iterator
@@ -21,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_client import KernelManager
-from realmodel_support import IDLE_WAIT_LIMIT, REPO, LocalServer, project_config, running_server
+from kernel_support import Kernel
+from realmodel_support import IDLE_WAIT_LIMIT, LocalServer, project_config, running_server
 
 from soba_notebook.agent.project import open_agent
 from soba_notebook.cancel import CancelToken
@@ -61,53 +59,6 @@ def _project(tmp_path: Path, config: dict[str, Any]) -> Path:
     return project
 
 
-class Kernel:
-    """A real IPython kernel in ``project`` with soba_notebook loaded."""
-
-    def __init__(self, project: Path, home: Path) -> None:
-        home.mkdir(exist_ok=True)
-        self.km = KernelManager(kernel_name="python3")
-        env = {**os.environ, "HOME": str(home), "NO_PROXY": "*",
-               "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-        self.km.start_kernel(cwd=str(project), env=env)
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        self.kc.wait_for_ready(timeout=60)
-        status, text = self.run("%load_ext soba_notebook")
-        assert status == "ok", text
-
-    def run(self, code: str, timeout: float = IDLE_WAIT_LIMIT) -> tuple[str, str]:
-        """Execute ``code``; the reply status and everything the cell showed as text."""
-        msg_id = self.kc.execute(code)
-        return self.wait(msg_id, timeout)
-
-    def wait(self, msg_id: str, timeout: float = IDLE_WAIT_LIMIT) -> tuple[str, str]:
-        texts: list[str] = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                msg = self.kc.get_iopub_msg(timeout=1)
-            except queue.Empty:
-                continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            content = msg["content"]
-            if msg["msg_type"] == "stream":
-                texts.append(content["text"])
-            elif msg["msg_type"] in ("display_data", "execute_result"):
-                texts.append(content.get("data", {}).get("text/plain", ""))
-            elif msg["msg_type"] == "error":
-                texts.append("\n".join(content.get("traceback", [])))
-            elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
-                reply = self.kc.get_shell_msg(timeout=10)
-                return reply["content"]["status"], "".join(texts)
-        raise TimeoutError(f"cell {msg_id} did not finish within {timeout} s")
-
-    def close(self) -> None:
-        self.kc.stop_channels()
-        self.km.shutdown_kernel(now=True)
-
-
 def _session(project: Path) -> SessionStore:
     (info,) = list_sessions(project / ".soba" / "sessions")
     return SessionStore.open(info.path)
@@ -125,7 +76,7 @@ TOOL_NAMES = {"read_file", "write_file", "edit_file", "list_files", "glob", "gre
 def test_real_model_turns_in_a_kernel_call_tools_report_usage_calibrate_and_summarize_into_a_valid_capsule(
         server: LocalServer, tmp_path: Path) -> None:
     project = _project(tmp_path, project_config(server, keepRecentTokens=300))
-    kernel = Kernel(project, tmp_path / "home")
+    kernel = Kernel(project, tmp_path / "home", timeout=IDLE_WAIT_LIMIT)
     try:
         for prompt in ("Read the file calc.py", "List the files in the workspace",
                        "Read calc.py again and tell me what add does", "Run python calc.py with the shell tool"):
@@ -189,7 +140,7 @@ def test_a_prompt_over_the_servers_context_gets_exactly_one_recovery_compaction_
     # a 135M model would do next (llama-cpp-python grows its own prompt with every function call)
     config["agent"] = {"maxStepsPerTurn": 1}
     project = _project(tmp_path, config)
-    kernel = Kernel(project, tmp_path / "home")
+    kernel = Kernel(project, tmp_path / "home", timeout=IDLE_WAIT_LIMIT)
     try:
         # each turn fits the server alone (about 1,100 tokens of system and tools + 1,600), two do not
         long_note = LOREM * 45

@@ -14,7 +14,7 @@ import pytest
 from agent_support import is_summary_request, make_agent
 from fakeserver import FakeServer, Reply, _json_reply, fake_server_fixture  # noqa: F401
 from IPython.core.interactiveshell import InteractiveShell
-from test_magics import _use_fake_server, shell  # noqa: F401
+from test_magics import _soba_outputs, _use_fake_server, shell  # noqa: F401
 
 from soba_notebook.compaction.summarize import capsule_schema, summary_output_budget
 from soba_notebook.errors import ContextOverflowError
@@ -319,12 +319,7 @@ def test_what_the_provider_learned_about_its_server_is_said_once_in_the_cell_and
     _use_fake_server(tmp_path, fake_server)
     fake_server.openai.enqueue(text="one", usage=False)
     fake_server.openai.enqueue(text="two", usage={"prompt_tokens": 900, "completion_tokens": 2})
-    shell.run_line_magic("soba", "first")
-    first = capsys.readouterr().out
-    shell.run_line_magic("soba", "second")
-    second = capsys.readouterr().out
-    shell.run_line_magic("soba", "status")
-    status = capsys.readouterr().out
+    first, second, status = _soba_outputs(shell, capsys, "first", "second", "status")
     assert "Model server: the server at" in first and "streams no token usage" in first
     assert "streams no token usage" not in second, "said once"
     assert "streams no token usage" in status

@@ -17,7 +17,7 @@ import pytest
 from agent_support import make_agent
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from IPython.core.interactiveshell import InteractiveShell
-from test_magics import _use_fake_server, shell  # noqa: F401
+from test_magics import _soba_outputs, _use_fake_server, shell  # noqa: F401
 
 from soba_notebook.providers import OpenAIChatProvider
 from soba_notebook.providers.openai_compat import PROBE_TOOL_NAME, tools_support_from_props
@@ -124,12 +124,7 @@ def test_a_server_that_renders_no_tools_is_said_once_in_the_cell_and_listed_in_s
     fake_server.get_routes["/props"] = NO_TOOLS_PROPS
     fake_server.openai.enqueue(text="one")
     fake_server.openai.enqueue(text="two")
-    shell.run_line_magic("soba", "first")
-    first = capsys.readouterr().out
-    shell.run_line_magic("soba", "second")
-    second = capsys.readouterr().out
-    shell.run_line_magic("soba", "status")
-    status = capsys.readouterr().out
+    first, second, status = _soba_outputs(shell, capsys, "first", "second", "status")
     assert "does not show tools to the model" in first and "--chat-template-file" in first
     assert "does not show tools" not in second, "said once"
     assert "does not show tools to the model" in status and "--jinja" in status
