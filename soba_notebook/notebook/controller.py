@@ -265,6 +265,9 @@ class NotebookSession:
         if background:
             print(f"running in the background on session {handle.store.id}; `%soba status` to check, "
                   f"`%soba stop` to cancel")
+            # the result is the session's as soon as the turn ends (the future's callback runs before
+            # the runtime reports idle), not when its cell has finished drawing it
+            queued.future.add_done_callback(self._remember_result)
             self._render_in_background(queued, events)
             return None
         renderer = CellRenderer(self.frontend)
@@ -296,6 +299,10 @@ class NotebookSession:
         self.end_cell(renderer.compactions, renderer=renderer)
         self._show_provider_notes()
         return result
+
+    def _remember_result(self, future: concurrent.futures.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.last_result = future.result()
 
     def _render_in_background(self, queued: QueuedTurn, events: queue.Queue[Event]) -> threading.Thread:
         """Render a background turn into the cell that started it, from a thread of its own.
