@@ -79,3 +79,20 @@ def test_the_board_is_resent_at_most_every_interval_and_its_last_state_always_ar
     parts[4].update({"text/plain": "", "text/html": ""})
     board.flush()
     assert display.sent[-1]["text/plain"].endswith("line 3"), "an emptied part leaves nothing behind"
+
+
+def test_a_background_reply_is_drawn_as_markdown_like_a_foreground_one_and_its_raw_html_stays_text() -> None:
+    display = Display()
+    board = CellBoard(display=display, clock=Clock())
+    renderer = CellRenderer("widget", display=board.display, clock=lambda: 1.0)
+    for event in (Event("turn_start", {}, 1.0),
+                  Event("message_delta", {"text": "**I will not do what you asked.** See `calc_demo/` "
+                                                  "<script>alert(1)</script>"}, 1.0),
+                  Event("turn_end", {"outcome": "completed"}, 1.0)):
+        renderer.handle(event)
+    renderer.finish(None)
+    board.flush()
+    html_out = display.sent[-1]["text/html"]
+    # the screenshot of a background cell showed the asterisks and backticks as typed
+    assert "<strong>I will not do what you asked.</strong>" in html_out and "<code>calc_demo/</code>" in html_out
+    assert "**" not in html_out and "<script>" not in html_out and "&lt;script&gt;" in html_out

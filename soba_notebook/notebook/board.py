@@ -24,12 +24,24 @@ from typing import Any
 
 from . import cellview
 
-__all__ = ["MIN_INTERVAL", "CellBoard"]
+__all__ = ["MIN_INTERVAL", "CellBoard", "reply_html"]
 
 #: The fewest seconds between two re-sends of the board (the last state is always sent).
 MIN_INTERVAL = 0.3
 
-_TEXT_STYLE = "white-space:pre-wrap;margin:4px 0"
+_TEXT_STYLE = "margin:4px 0"
+
+
+def reply_html(text: str) -> str:
+    """The model's markdown reply as HTML for the board (a foreground cell shows it through the
+    front end's markdown renderer; the board's one HTML display must render it itself). Raw HTML in
+    the reply is escaped, never passed through: a reply is data. Without ``mistune`` (it comes with
+    Jupyter's nbconvert and is a dependency here) the words are shown as written."""
+    try:
+        import mistune
+    except ImportError:
+        return f"<div style='white-space:pre-wrap'>{html.escape(text)}</div>"
+    return str(mistune.create_markdown(escape=True)(text))
 
 Bundle = Mapping[str, str]
 
@@ -111,8 +123,8 @@ class CellBoard:
             text = part.get("text/plain", "")
             if "text/html" in part:
                 htmls.append(part["text/html"])
-            elif text:  # the streamed reply (markdown): its words, as written
-                htmls.append(f"<div class='soba-reply' style='{_TEXT_STYLE}'>{html.escape(text)}</div>")
+            elif text:  # the streamed reply: markdown, drawn as the foreground cell draws it
+                htmls.append(f"<div class='soba-reply' style='{_TEXT_STYLE}'>{reply_html(text)}</div>")
             if text:
                 texts.append(text)
         return {"text/html": "".join(htmls), "text/plain": "\n".join(texts)}
