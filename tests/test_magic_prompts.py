@@ -56,7 +56,7 @@ def _prompts(project: Path) -> list[str]:
     """The user prompts of the project's one session, in order (cell-history notes left out)."""
     (info,) = list_sessions(project / ".soba" / "sessions")
     store = SessionStore.open(info.path)
-    return [e.text for e in store.path() if e.role == "user" and e.data.get("source") != "cell_history"]
+    return [e.text for e in store.path() if e.role == "user" and e.message.get("source") != "cell_history"]
 
 
 @pytest.mark.kernel
