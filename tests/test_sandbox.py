@@ -108,6 +108,15 @@ def test_bwrap_argv_unsets_secret_variables_and_the_named_ones_and_keeps_the_res
     assert not hidden_in_sandbox("PATH") and not hidden_in_sandbox("HOME")
 
 
+def test_the_model_is_told_the_shell_is_sandboxed_only_when_it_is() -> None:
+    def shell_description(config: ToolsConfig) -> str:
+        return next(s.description for s in default_tools(config).specs() if s.name == "shell")
+
+    assert "Not sandboxed." in shell_description(ToolsConfig())
+    told = shell_description(SANDBOX)
+    assert "Not sandboxed." not in told and "no network" in told and "read-only" in told
+
+
 # -- config ------------------------------------------------------------------------------------
 
 def test_sandbox_defaults_to_none_and_an_unknown_value_is_a_config_error_naming_the_choices(tmp_path: Path) -> None:

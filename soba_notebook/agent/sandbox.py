@@ -27,13 +27,16 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from ..errors import ToolError
+from ..providers.base import ToolSpec
 from ..scrub import is_secret_name
 from .confine import STATE_DIR_NAME
 
-__all__ = ["BWRAP_PACKAGE", "bwrap_argv", "hidden_in_sandbox", "sandboxed", "state_dirs"]
+__all__ = ["BWRAP_PACKAGE", "bwrap_argv", "hidden_in_sandbox", "sandboxed", "state_dirs", "with_sandbox_note"]
 
 #: The Debian package that installs ``/usr/bin/bwrap``.
 BWRAP_PACKAGE = "bubblewrap"
@@ -49,6 +52,39 @@ def hidden_in_sandbox(name: str) -> bool:
     value's length, and any name containing a secret word (``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD_FILE``)."""
     upper = name.upper()
     return is_secret_name(name) or any(word in upper for word in _SECRET_WORDS)
+
+
+class _Tool(Protocol):
+    """What :func:`with_sandbox_note` needs of a tool: a dataclass with a ``spec``."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def spec(self) -> ToolSpec: ...
+
+
+_T = TypeVar("_T", bound=_Tool)
+
+#: What the model is told instead of "Not sandboxed.", so it does not retry a pip install or a write to ~.
+SANDBOXED_NOTE = ("Sandboxed: only the workspace and /tmp (private, emptied after each command) are writable, "
+                  "the rest of the file system is read-only, there is no network (no pip install, git fetch, "
+                  "curl), secret environment variables are unset, and background processes end with the "
+                  "command.")
+
+
+def with_sandbox_note(tools: Iterable[_T], sandbox: str) -> list[_T]:
+    """``tools`` (frozen dataclasses with ``name`` and ``spec``) with, under ``"bwrap"``, the ``shell``
+    tool's description telling the model what the sandbox allows instead of "Not sandboxed."."""
+    out = list(tools)
+    if sandbox != "bwrap":
+        return out
+    for i, tool in enumerate(out):
+        spec = tool.spec
+        if spec.name == "shell":
+            text = spec.description.replace("Not sandboxed.", SANDBOXED_NOTE)
+            text = text if SANDBOXED_NOTE in text else f"{text} {SANDBOXED_NOTE}"
+            out[i] = replace(tool, spec=ToolSpec(spec.name, text, spec.parameters))
+    return out
 
 
 def _inside(path: Path, root: Path) -> bool:

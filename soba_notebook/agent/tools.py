@@ -44,6 +44,7 @@ from ..session.entries import new_id
 from . import file_changes as observe
 from . import workspace as ws
 from .pyexec import run_python
+from .sandbox import with_sandbox_note
 from .shell import run_shell
 
 if TYPE_CHECKING:
@@ -593,4 +594,5 @@ def default_tools(config: ToolsConfig) -> ToolRegistry:
     plus ``variables`` (:mod:`.kernel_state`: the kernel's user variables, read only)."""
     from .kernel_state import VARIABLES_TOOL
 
-    return ToolRegistry([*(t for t in _TOOLS if t.requires is None or getattr(config, t.requires)), VARIABLES_TOOL])
+    chosen = [t for t in _TOOLS if t.requires is None or getattr(config, t.requires)]
+    return ToolRegistry([*with_sandbox_note(chosen, config.sandbox), VARIABLES_TOOL])
