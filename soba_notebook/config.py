@@ -16,6 +16,7 @@ import difflib
 import json
 import math
 import os
+import shutil
 import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -137,6 +138,10 @@ class ToolsConfig:
     allow_broad_workspace: bool = False
     shell_timeout_sec: float = _num(60.0, 0, 86_400, whole=False, open_low=True, unit="of seconds")
     max_output_chars: int = _num(20_000, 1_000, 10_000_000, unit="of characters")
+    #: "none": shell commands run with the kernel's rights; "bwrap": under bubblewrap (read-only file
+    #: system but the workspace, no network, no secrets; see docs/SECURITY.md). Never a silent fall-back:
+    #: "bwrap" without the ``bwrap`` program is a ConfigError at load.
+    sandbox: str = field(default="none", metadata={"choices": ("none", "bwrap")})
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +254,7 @@ def _check_value(source: str, dotted: str, name: str, value: Any, default: Any,
     if bounds is not None:
         return _check_number(value, bounds, optional=default is None, bad=bad)
     if choices is not None:
-        if value is True or value is False:  # "stream": true / false read naturally
+        if name == "stream" and (value is True or value is False):  # "stream": true / false read naturally
             value = "always" if value else "never"
         if value not in choices:
             raise bad(f"expected one of {', '.join(choices)}")
@@ -333,6 +338,10 @@ def _merge(config: SobaConfig, layer: Mapping[str, Any], source: str, *, project
                                          spec.metadata.get("choices"))
             if section == "tools" and name == "workspace":
                 changes[name] = _workspace(source, dotted, changes[name], base)
+            if section == "tools" and name == "sandbox" and value == "bwrap" and shutil.which("bwrap") is None:
+                raise ConfigError(f'{source}: {dotted} is "bwrap" but bwrap is not installed (not on PATH): '
+                                  f"apt-get install bubblewrap, or set it to \"none\" to run shell commands "
+                                  f"unsandboxed", source=source, key=dotted, value=value)
             sources[f"{section}.{_camel(name)}"] = source
         sections[section] = replace(sections[section], **changes)
     merged = SobaConfig(**sections, sources=sources)

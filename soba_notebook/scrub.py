@@ -33,6 +33,7 @@ __all__ = [
     "SECRET_SUFFIXES",
     "TOKEN_PATTERNS",
     "Scrubber",
+    "is_secret_name",
     "mark_tokens",
     "marker",
     "secret_variables",
@@ -85,6 +86,12 @@ def marker(name: str) -> str:
     return f"[REDACTED:{name}]"
 
 
+def is_secret_name(name: str) -> bool:
+    """Whether a variable of this name holds a secret: a known provider key or a secret suffix."""
+    upper = name.upper()
+    return upper in KNOWN_SECRET_VARIABLES or upper.endswith(SECRET_SUFFIXES)
+
+
 def secret_variables(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """``{variable name: value}`` for every secret-looking variable set in ``environ``."""
     env = os.environ if environ is None else environ
@@ -92,8 +99,7 @@ def secret_variables(environ: Mapping[str, str] | None = None) -> dict[str, str]
     for name, value in env.items():
         if not isinstance(value, str) or len(value) < MIN_SECRET_LENGTH:
             continue
-        upper = name.upper()
-        if upper in KNOWN_SECRET_VARIABLES or upper.endswith(SECRET_SUFFIXES):
+        if is_secret_name(name):
             out[name] = value
     return out
 

@@ -20,7 +20,9 @@ This module owns the operating-system side of the tool, kept apart from the tool
   ``N``, as a shell reports it), ``[timed out after Ns]`` or ``[cancelled: …]``; the compaction
   extractor and the scripted model rely on that line.
 
-Shell commands are not sandboxed: they run with the user's rights.
+With ``tools.sandbox = "none"`` (the default) a command runs with the user's rights; with ``"bwrap"``
+the same ``bash -c`` runs inside bubblewrap (:mod:`.sandbox`), and everything above holds unchanged
+(the kill reaches into the sandbox: its processes carry the tag too, and they die with it).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import ToolError
+from .sandbox import hidden_in_sandbox, sandboxed
 
 if TYPE_CHECKING:
     from ..cancel import CancelToken
@@ -135,11 +138,19 @@ def _read_capture(file: IO[bytes]) -> str:
 
 
 async def run_shell(command: str, cwd: Path, timeout: float, *, hidden_env: frozenset[str] = frozenset(),
-                    cancel: CancelToken | None = None) -> ShellResult:
-    """Run ``command`` with ``bash -c`` in ``cwd``, killing its process group after ``timeout``
-    seconds or when ``cancel`` fires. Raises :class:`~soba_notebook.errors.ToolError` only when
-    bash cannot be started."""
+                    cancel: CancelToken | None = None, sandbox: str = "none",
+                    transcript: Path | None = None) -> ShellResult:
+    """Run ``command`` with ``bash -c`` in ``cwd`` (inside bubblewrap when ``sandbox`` is ``"bwrap"``;
+    ``transcript`` names the session's file, whose ``.soba`` is kept read-only), killing its process
+    group after ``timeout`` seconds or when ``cancel`` fires. Raises
+    :class:`~soba_notebook.errors.ToolError` only when bash (or bwrap) cannot be started."""
+    argv = ["bash", "-c", command]
     env = {k: v for k, v in os.environ.items() if k not in hidden_env}
+    if sandbox == "bwrap":
+        argv = sandboxed(argv, cwd, env, secret_names=hidden_env, transcript=transcript)
+        env = {k: v for k, v in env.items() if not hidden_in_sandbox(k)}
+    elif sandbox != "none":  # a typo in code that builds ToolsConfig by hand: never run unsandboxed
+        raise ToolError(f'tools.sandbox = {sandbox!r} is not allowed: expected "none" or "bwrap"')
     run_id = secrets.token_hex(8)
     env[_RUN_VARIABLE] = run_id
     tag = f"{_RUN_VARIABLE}={run_id}".encode() + b"\0"
@@ -151,10 +162,10 @@ async def run_shell(command: str, cwd: Path, timeout: float, *, hidden_env: froz
     with tempfile.TemporaryFile() as capture:
         try:
             proc = await asyncio.create_subprocess_exec(
-                "bash", "-c", command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=capture,
+                *argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=capture,
                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except OSError as exc:
-            raise ToolError(f"cannot start bash in {cwd}: {exc.strerror or exc}") from None
+            raise ToolError(f"cannot start {Path(argv[0]).name} in {cwd}: {exc.strerror or exc}") from None
         waiter = asyncio.ensure_future(proc.wait())
         watchers: set[asyncio.Future[Any]] = {waiter}
         cancel_watch = asyncio.ensure_future(cancel.wait()) if cancel is not None else None

@@ -44,6 +44,7 @@ from ..session.entries import new_id
 from . import file_changes as observe
 from . import workspace as ws
 from .pyexec import run_python
+from .sandbox import with_sandbox_note
 from .shell import run_shell
 
 if TYPE_CHECKING:
@@ -366,7 +367,8 @@ async def _shell(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     if timeout <= 0:
         raise ToolError(f"timeout_sec must be greater than 0, got {args.get('timeout_sec')!r}")
     before = await asyncio.to_thread(observe.snapshot, ctx.workspace)
-    result = await run_shell(args["command"], ctx.workspace, timeout, hidden_env=ctx.hidden_env, cancel=ctx.cancel)
+    result = await run_shell(args["command"], ctx.workspace, timeout, hidden_env=ctx.hidden_env, cancel=ctx.cancel,
+                             sandbox=ctx.config.sandbox, transcript=ctx.store.file if ctx.store is not None else None)
     changes = observe.diff(before, await asyncio.to_thread(observe.snapshot, ctx.workspace))
     return ToolResult(result.text, result.is_error, {**result.data, "files_changed": changes.to_json()}, result.footer)
 
@@ -592,4 +594,5 @@ def default_tools(config: ToolsConfig) -> ToolRegistry:
     plus ``variables`` (:mod:`.kernel_state`: the kernel's user variables, read only)."""
     from .kernel_state import VARIABLES_TOOL
 
-    return ToolRegistry([*(t for t in _TOOLS if t.requires is None or getattr(config, t.requires)), VARIABLES_TOOL])
+    chosen = [t for t in _TOOLS if t.requires is None or getattr(config, t.requires)]
+    return ToolRegistry([*with_sandbox_note(chosen, config.sandbox), VARIABLES_TOOL])
