@@ -81,7 +81,7 @@ __all__ = ["READ_ONLY_TOOLS", "SYSTEM_PROMPT", "Agent", "TurnResult"]
 log = logging.getLogger(__name__)
 
 #: Tools that change nothing: the same call again, with nothing changed in between, is a loop.
-READ_ONLY_TOOLS = frozenset({"read_file", "list_files", "glob", "grep", "recall"})
+READ_ONLY_TOOLS = frozenset({"read_file", "list_files", "glob", "grep", "recall", "notebook_read"})
 
 SYSTEM_PROMPT = """You are SOBA, a coding agent running inside the user's Jupyter kernel.
 Work in the workspace {workspace}. Use the tools to read, edit and run code; verify changes by running the
