@@ -320,6 +320,31 @@ def test_capsule_facts_record_notebook_edits_by_cell_and_reads_from_results_neve
     assert facts.files_modified == (f"sales.ipynb#{nb.cells[2].id}",)
 
 
+def test_views_transcript_shows_notebook_calls_and_their_observed_cells_in_words(ws: Path, tmp_path: Path) -> None:
+    from soba_notebook import views
+    from soba_notebook.session.store import SessionStore
+
+    nb = sample()
+    write(ws / "sales.ipynb", nb)
+    ctx = ToolContext(ws)
+    read = run("notebook_read", {"path": "sales.ipynb", "cell_ids": [nb.cells[2].id]}, ctx)
+    edit = run("notebook_edit", {"path": "sales.ipynb", "cell_id": nb.cells[2].id, "action": "replace",
+                                 "source": "df.total / 2"}, ctx)
+    store = SessionStore.create(tmp_path / "sessions")
+    store.append(assistant_message("", [ToolCall("r1", "notebook_read", {"path": "sales.ipynb",
+                                                                         "cell_ids": [nb.cells[2].id]})]))
+    store.append(tool_result("r1", "notebook_read", read.content, files_changed=read.data["files_changed"]))
+    store.append(assistant_message("", [ToolCall("e1", "notebook_edit", {"path": "sales.ipynb", "action": "replace",
+                                                                         "cell_id": nb.cells[2].id, "source": "x"}),
+                                        ToolCall("e2", "notebook_edit", {"action": "insert_after", "source": "y"})]))
+    store.append(tool_result("e1", "notebook_edit", edit.content, files_changed=edit.data["files_changed"]))
+    detail = views.transcript(store.file)["detail"].tolist()
+    cid = nb.cells[2].id
+    assert detail == [f"notebook_read: sales.ipynb (cells {cid})", "read sales.ipynb",
+                      f"notebook_edit: replace cell {cid} in sales.ipynb; notebook_edit: insert at the top in "
+                      f"the kernel's notebook", f"modified sales.ipynb#{cid}"]
+
+
 def test_the_cell_shows_an_edit_as_a_collapsed_diff_in_html_and_text(ws: Path) -> None:
     write(ws / "sales.ipynb", sample())
     ctx = ToolContext(ws)
