@@ -245,7 +245,7 @@ def test_read_file_cuts_a_single_giant_line_with_a_marker(ws: Path) -> None:
 
 
 def test_spill_directory_is_capped_and_collected_oldest_first(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from soba_notebook.agent import tools
+    from soba_notebook.agent import tool_output
 
     outputs = ws / ".soba" / "outputs"
     outputs.mkdir(parents=True)
@@ -253,7 +253,7 @@ def test_spill_directory_is_capped_and_collected_oldest_first(ws: Path, monkeypa
         old = outputs / f"shell-{i:016x}.txt"
         old.write_text("x" * 10_000)
         os.utime(old, (1_000 + i, 1_000 + i))
-    monkeypatch.setattr(tools, "SPILL_DIR_MAX_BYTES", 45_000)
+    monkeypatch.setattr(tool_output, "SPILL_DIR_MAX_BYTES", 45_000)
     ctx = ToolContext(ws, ToolsConfig(max_output_chars=2_000))
     out = run("python", {"code": "print('y' * 12_000)"}, ctx)
     spill = ws / out.data["spill_path"]

@@ -40,12 +40,13 @@ from ..config import ToolsConfig
 from ..errors import SessionError, ToolError
 from ..providers.base import ToolSpec
 from ..scrub import Scrubber
-from ..session.entries import new_id
 from . import file_changes as observe
 from . import workspace as ws
+from .notebook_access import NotebookAccess
 from .pyexec import run_python
 from .sandbox import with_sandbox_note
 from .shell import run_shell
+from .tool_output import bound_output
 
 if TYPE_CHECKING:
     from ..cancel import CancelToken
@@ -114,6 +115,7 @@ class ToolContext:
     hidden_env: frozenset[str] = frozenset()
     scrubber: Scrubber | None = None
     refresh_secrets: Callable[[], object] | None = None
+    notebooks: NotebookAccess = field(default_factory=NotebookAccess)  # the notebook tools' seams (front end)
     _private_namespace: dict[str, Any] = field(default_factory=lambda: {"__name__": "__soba__"}, init=False,
                                                repr=False)
 
@@ -164,83 +166,6 @@ class ToolResult:
     is_error: bool = False
     data: Mapping[str, Any] = field(default_factory=dict)
     footer: str = ""
-
-
-# -- output bounding ---------------------------------------------------------------------------
-
-#: ``.soba/outputs`` is garbage-collected, oldest first, down to these bounds after every spill.
-SPILL_DIR_MAX_BYTES = 256 * 1024 * 1024
-SPILL_DIR_MAX_FILES = 500
-
-
-def collect_spills(spill_dir: Path, keep: Path, max_bytes: int | None = None, max_files: int | None = None) -> int:
-    """Delete the oldest spill files until the directory is within its bounds; never ``keep``.
-
-    Returns how many files were removed. Only soba's own ``<tool>-<id>.txt`` files are touched.
-    """
-    max_bytes = SPILL_DIR_MAX_BYTES if max_bytes is None else max_bytes
-    max_files = SPILL_DIR_MAX_FILES if max_files is None else max_files
-    files: list[tuple[float, int, Path]] = []
-    for entry in os.scandir(spill_dir):
-        if entry.is_file(follow_symlinks=False) and entry.name.endswith(".txt") and entry.name != keep.name:
-            st = entry.stat(follow_symlinks=False)
-            files.append((st.st_mtime, st.st_size, Path(entry.path)))
-    files.sort()
-    total = sum(size for _, size, _ in files) + keep.stat().st_size
-    count = len(files) + 1
-    removed = 0
-    for _, size, path in files:
-        if total <= max_bytes and count <= max_files:
-            break
-        with contextlib.suppress(OSError):
-            path.unlink()
-            removed += 1
-        total -= size
-        count -= 1
-    return removed
-
-def _cut_head(text: str, size: int) -> str:
-    head = text[:size]
-    newline = head.rfind("\n")
-    return head[:newline] if newline >= size * 0.8 else head
-
-
-def _cut_tail(text: str, size: int) -> str:
-    tail = text[len(text) - size:] if size > 0 else ""
-    newline = tail.find("\n")
-    return tail[newline + 1:] if 0 <= newline <= size * 0.2 else tail
-
-
-def bound_output(text: str, limit: int, spill_dir: Path | None, workspace: Path, label: str = "output",
-                 footer: str = "") -> tuple[str, int | None, str | None]:
-    """``(content, full_chars, spill_path)``: ``text + footer`` bounded to about ``limit`` characters.
-
-    Short text passes unchanged (``full_chars`` and ``spill_path`` are ``None``). Long text keeps
-    its head and tail around a pointer line and is written whole to ``spill_dir/<label>-<id>.txt``
-    (the directory is then garbage-collected, oldest first: :func:`collect_spills`); the pointer
-    names that file relative to ``workspace`` when it is inside. The caller scrubs ``text`` first. ``footer`` (a line
-    such as ``[exit code 1]``) always stays at the very end.
-    """
-    full = text + footer
-    if len(full) <= limit:
-        return full, None, None
-    spill_path: str | None = None
-    where = "the full text could not be saved"
-    if spill_dir is not None:
-        try:
-            spill_dir.mkdir(parents=True, exist_ok=True)
-            file = spill_dir / f"{label}-{new_id()}.txt"
-            file.write_text(full, encoding="utf-8")
-            spill_path = ws.display_path(workspace, file.resolve())
-            collect_spills(spill_dir, file)
-            where = f"full text in {spill_path}"
-        except OSError as exc:
-            where = f"the full text could not be saved ({exc.strerror or exc})"
-    pointer = f"\n[output truncated: {len(full):,} characters; {where}]\n"
-    room = max(limit - len(pointer) - len(footer), 0)
-    head = _cut_head(text, room - room // 3)
-    tail = _cut_tail(text, room // 3)
-    return head + pointer + tail + footer, len(full), spill_path
 
 
 # -- argument checking -------------------------------------------------------------------------
@@ -591,8 +516,9 @@ class ToolRegistry:
 
 def default_tools(config: ToolsConfig) -> ToolRegistry:
     """The built-in tools, without those the config disables (shell, write_file/edit_file, python),
-    plus ``variables`` (:mod:`.kernel_state`: the kernel's user variables, read only)."""
+    plus ``variables`` (:mod:`.kernel_state`) and the notebook tools (:mod:`.notebook_tools`)."""
     from .kernel_state import VARIABLES_TOOL
+    from .notebook_tools import notebook_aware, notebook_tools
 
-    chosen = [t for t in _TOOLS if t.requires is None or getattr(config, t.requires)]
-    return ToolRegistry([*with_sandbox_note(chosen, config.sandbox), VARIABLES_TOOL])
+    chosen = [notebook_aware(t) for t in _TOOLS if t.requires is None or getattr(config, t.requires)]
+    return ToolRegistry([*with_sandbox_note(chosen, config.sandbox), VARIABLES_TOOL, *notebook_tools(config)])
