@@ -68,7 +68,7 @@ def make_agent(tmp: Path, wire: str, base_url: str, *, compaction: dict[str, Any
     inner: Provider
     if wire == "openai":
         inner = OpenAIChatProvider("gpt-4o-mini", base_url=base_url, api_key="test-key-not-secret",
-                                   tool_protocol=config.model.tool_protocol)  # type: ignore[arg-type]
+                                   tool_protocol=config.model.tool_protocol)
     else:
         inner = AnthropicProvider("claude-test", base_url=base_url, api_key="test-key-not-secret")
     provider = RecordingProvider(inner)

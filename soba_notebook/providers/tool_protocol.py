@@ -56,8 +56,16 @@ _HOW_TO_ANSWER = """\
 You can use the tools below. Answer with exactly one JSON object and nothing else:
 - to call a tool: {"tool": "TOOL_NAME", "arguments": {...}}
 - to answer the user: {"reply": "your answer"}
+Call a tool when you need to read, change or run something; reply once you have what you need.
 One tool call per answer. Its result comes back in a user message that starts with "Result of tool".
 """
+
+
+def _example(tool: ToolSpec) -> str:
+    """A call of ``tool`` with its required parameters as placeholders, shown as the form's example."""
+    required = tool.parameters.get("required") or ()
+    arguments = {str(name): "..." for name in required}
+    return f'For example: {{"tool": {json.dumps(tool.name)}, "arguments": {json.dumps(arguments)}}}'
 
 
 def _type_of(schema: Mapping[str, Any]) -> str:
@@ -76,7 +84,8 @@ def tools_prompt(tools: Iterable[ToolSpec]) -> str:
         Read a text file from the workspace. ...
         - path (string, required): Path relative to the workspace root ...
     """
-    parts = [_HOW_TO_ANSWER]
+    tools = list(tools)
+    parts = [_HOW_TO_ANSWER + (_example(tools[0]) if tools else "")]
     for tool in tools:
         lines = [f"## {tool.name}", tool.description.strip()]
         properties = tool.parameters.get("properties")
