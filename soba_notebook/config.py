@@ -116,6 +116,10 @@ class ModelConfig:
     temperature: float | None = _num(None, 0, 2, whole=False)
     #: "auto" (stream; plain requests when the server streams no usage), "always" or "never"
     stream: str = field(default="auto", metadata={"choices": ("auto", "always", "never")})
+    #: how tools reach the model: "native" (the server's ``tools`` list), "json" (SOBA's own protocol:
+    #: definitions in the system prompt, each answer one JSON tool call or reply), "auto" (json only
+    #: where the server is known not to show tools natively; docs/PROVIDERS.md)
+    tool_protocol: str = field(default="auto", metadata={"choices": ("auto", "native", "json")})
     #: the whole-request deadline: one inference, every retry and wait included, is abandoned after it
     #: (a server that sends only keep-alives cannot hold a turn longer)
     request_timeout_ms: int = _num(600_000, 100, 86_400_000, unit="of milliseconds")
@@ -354,6 +358,7 @@ def _merge(config: SobaConfig, layer: Mapping[str, Any], source: str, *, project
 #: applies at the next turn.
 RESTART_KEYS = frozenset({"model.provider", "model.model", "model.baseUrl", "model.apiKeyEnv",
                           "model.compactionModel", "model.requestTimeoutMs", "model.idleTimeoutMs",
+                          "model.toolProtocol",
                           "tools.workspace", "tools.allowBroadWorkspace", "memory.mirrorExplicitCompacts"})
 
 

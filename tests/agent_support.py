@@ -37,6 +37,10 @@ class RecordingProvider:
     def renders_tools(self) -> bool:
         return getattr(self.inner, "renders_tools", True) is not False
 
+    def sent_system(self, system: str, tools: Any) -> str:
+        sent = getattr(self.inner, "sent_system", None)
+        return sent(system, tools) if sent is not None else system
+
     async def prepare(self) -> None:
         prepare = getattr(self.inner, "prepare", None)
         if prepare is not None:
@@ -63,7 +67,8 @@ def make_agent(tmp: Path, wire: str, base_url: str, *, compaction: dict[str, Any
         "tools": {"workspace": str(project / "ws"), "shellTimeoutSec": 20, **(tools or {})}})
     inner: Provider
     if wire == "openai":
-        inner = OpenAIChatProvider("gpt-4o-mini", base_url=base_url, api_key="test-key-not-secret")
+        inner = OpenAIChatProvider("gpt-4o-mini", base_url=base_url, api_key="test-key-not-secret",
+                                   tool_protocol=config.model.tool_protocol)
     else:
         inner = AnthropicProvider("claude-test", base_url=base_url, api_key="test-key-not-secret")
     provider = RecordingProvider(inner)

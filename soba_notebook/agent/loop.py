@@ -188,8 +188,14 @@ class Agent:
         return f"{text}\n\n{skills}" if skills else text
 
     def _refresh_base_tokens(self) -> None:
-        self.engine.base_tokens = self.counter.count_text(self.system_prompt()) + self.counter.count_tools(
-            self._rendered_tools())
+        system = self._sent_system(self.system_prompt(), self.tools.specs())
+        self.engine.base_tokens = self.counter.count_text(system) + self.counter.count_tools(self._rendered_tools())
+
+    def _sent_system(self, system: str, tools: tuple[ToolSpec, ...]) -> str:
+        """The system prompt as the provider sends it: with SOBA's own JSON tool protocol
+        (providers/tool_protocol.py) it carries the tool definitions as text, counted there."""
+        sent = getattr(self.provider, "sent_system", None)
+        return sent(system, tools) if sent is not None else system
 
     def _rendered_tools(self, tools: tuple[ToolSpec, ...] | None = None) -> tuple[ToolSpec, ...]:
         """The tool definitions the model's prompt holds (of ``tools``, default: the registry's):
@@ -369,7 +375,8 @@ class Agent:
                             temperature=self.config.model.temperature, estimated_input_tokens=estimate)
 
     def _request_tokens(self, request: ModelRequest) -> int:
-        return request_tokens(self.counter, request.system, self._rendered_tools(request.tools), request.messages)
+        return request_tokens(self.counter, self._sent_system(request.system, request.tools),
+                              self._rendered_tools(request.tools), request.messages)
 
     async def _infer(self, request: ModelRequest, cancel: CancelToken, inference: int = 1) -> ModelResponse | None:
         streamed: list[str] = []

@@ -74,7 +74,7 @@ def _model_block(config: SobaConfig) -> dict[str, Any]:
     m = config.model
     return {"provider": m.provider, "model": m.model, "baseUrl": m.base_url, "apiKeyEnv": m.api_key_env,
             "contextWindow": m.context_window, "stream": m.stream, "requestTimeoutMs": m.request_timeout_ms,
-            "idleTimeoutMs": m.idle_timeout_ms}
+            "idleTimeoutMs": m.idle_timeout_ms, "toolProtocol": m.tool_protocol}
 
 
 def open_agent(project_dir: str | os.PathLike[str] | None = None, *, config: SobaConfig | None = None,

@@ -8,6 +8,7 @@ or hosted address, so ``{"provider": "ollama", "model": "qwen2.5-coder"}`` is a 
 ``provider: scripted`` is the offline demo model of :mod:`soba_notebook.demo`.
 
 Keys read here: ``provider``, ``model``, ``baseUrl``, ``apiKeyEnv``, ``contextWindow``, ``stream``,
+``toolProtocol`` (OpenAI-compatible servers only: ``auto``, ``native`` or ``json``),
 ``requestTimeoutMs`` (the whole-request deadline) and ``idleTimeoutMs`` (no bytes for that long). Other
 keys of the block (``maxOutputTokens``…) belong to the request and are ignored.
 """
@@ -31,6 +32,7 @@ from .base import Provider
 from .openai import OpenAIChatProvider
 from .openai_compat import StreamMode
 from .remote import DEFAULT_IDLE_TIMEOUT, DEFAULT_REQUEST_TIMEOUT
+from .tool_protocol import TOOL_PROTOCOLS, ToolProtocol
 
 __all__ = ["OPENAI_COMPATIBLE", "PROVIDER_NAMES", "OpenAICompatibleDefaults", "make_provider"]
 
@@ -124,8 +126,13 @@ def make_provider(model_config: Mapping[str, Any], *,
     if stream not in ("auto", "always", "never"):
         raise ConfigError(f"model.stream must be auto, always or never, not {stream!r}", key="model.stream",
                           value=stream)
+    tool_protocol = model_config.get("toolProtocol") or "auto"
+    if tool_protocol not in TOOL_PROTOCOLS:
+        raise ConfigError(f"model.toolProtocol must be one of {', '.join(TOOL_PROTOCOLS)}, not {tool_protocol!r}",
+                          key="model.toolProtocol", value=tool_protocol)
     return OpenAIChatProvider(model, base_url=base_url or defaults.base_url,
                               api_key_env=key_env or defaults.api_key_env, transport=transport,
                               context_window=context_window, display_name=defaults.display_name,
                               stream=cast(StreamMode, stream), timeout=idle_timeout,
+                              tool_protocol=cast(ToolProtocol, tool_protocol),
                               request_timeout=request_timeout)

@@ -31,6 +31,10 @@ and how the provider learns them, live in :mod:`~soba_notebook.providers.openai_
   tool definitions out of its estimate, as the server does (the list is still sent: a server
   started with a tool-capable template later needs nothing else); a llama.cpp server also counts
   a request's prompt exactly on request (:meth:`~OpenAIChatProvider.count_request_tokens`);
+* with ``tool_protocol`` ``"json"``, or ``"auto"`` once the server said its template drops tools,
+  a request with tools runs SOBA's own protocol (:mod:`~soba_notebook.providers.tool_protocol`):
+  the definitions in the system prompt, no ``tools`` list, ``response_format`` = one call or a
+  reply, results as user messages; the reply is read back into a canonical tool call;
 * no ``Authorization`` header when no key is configured (local servers); a missing key for
   ``api.openai.com`` or ``openrouter.ai`` is an :class:`AuthError` before any request.
 """
@@ -41,7 +45,7 @@ import json
 import secrets
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from soba_notebook.errors import ContextOverflowError, ProviderError
@@ -69,6 +73,7 @@ from .openai_compat import (
 from .overflow import generated_past_its_context, is_context_overflow, overflow_error
 from .remote import Exchange, RemoteProvider
 from .sse import aiter_sse
+from .tool_protocol import ToolProtocol, protocol_response, step_schema, to_protocol_messages, tools_prompt
 
 __all__ = [
     "OpenAIChatProvider",
@@ -215,9 +220,10 @@ class OpenAIChatProvider(RemoteProvider):
     default_display_name = "OpenAI-compatible"
 
     def __init__(self, model: str, *, stream: StreamMode = "auto", probe: bool | None = None,
-                 **options: Any) -> None:
+                 tool_protocol: ToolProtocol = "auto", **options: Any) -> None:
         super().__init__(model, **options)
         self.stream_mode: StreamMode = stream
+        self.tool_protocol: ToolProtocol = tool_protocol
         self.quirks = ServerQuirks()
         #: one line per thing the user should know about this server (shown by ``%soba status``)
         self.warnings: list[str] = []
@@ -233,8 +239,35 @@ class OpenAIChatProvider(RemoteProvider):
     @property
     def renders_tools(self) -> bool:
         """Whether the tool definitions reach the model's prompt: ``False`` only once the server
-        said its chat template drops them (``/props``, confirmed by ``/apply-template``)."""
-        return self.quirks.renders_tools is not False
+        said its chat template drops them (``/props``, confirmed by ``/apply-template``), or when
+        they go as text in the system prompt instead (:attr:`json_tools`, :meth:`sent_system`)."""
+        return self.quirks.renders_tools is not False and not self.json_tools
+
+    @property
+    def json_tools(self) -> bool:
+        """Whether requests with tools run SOBA's own JSON tool protocol: ``tool_protocol`` is
+        ``"json"``, or ``"auto"`` and the server is known not to show tools natively."""
+        return self.tool_protocol == "json" or (self.tool_protocol == "auto" and self.quirks.renders_tools is False)
+
+    def sent_system(self, system: str, tools: tuple[Any, ...]) -> str:
+        """The system prompt as sent for a request with ``tools``: with the JSON tool protocol it
+        ends with the tool definitions as text (what the budget must count in their place)."""
+        if not (tools and self.json_tools):
+            return system
+        prompt = tools_prompt(tools)
+        return f"{system}\n\n{prompt}" if system else prompt
+
+    def _protocol(self, request: ModelRequest) -> bool:
+        return bool(request.tools) and self.json_tools and request.response_schema is None
+
+    def _messages_and_tools(self, request: ModelRequest) -> dict[str, Any]:
+        """The ``messages`` (and native ``tools``) of the body for ``request``."""
+        if self._protocol(request):
+            return {"messages": to_protocol_messages(request.system, request.messages, request.tools)}
+        body: dict[str, Any] = {"messages": to_openai_messages(request.system, request.messages)}
+        if request.tools:
+            body["tools"] = to_openai_tools(request.tools)
+        return body
 
     async def prepare(self) -> None:
         """Learn what the server is before the first request is sized (the agent calls this before
@@ -248,9 +281,7 @@ class OpenAIChatProvider(RemoteProvider):
         await self.prepare()
         if not self.quirks.renders_on_request:
             return None
-        body: dict[str, Any] = {"messages": to_openai_messages(request.system, request.messages)}
-        if request.tools:
-            body["tools"] = to_openai_tools(request.tools)
+        body = self._messages_and_tools(request)
         return await count_rendered_tokens(self._clients.get(), self.base_url, body,
                                            self.wire_headers(self.get_key()))
 
@@ -271,18 +302,18 @@ class OpenAIChatProvider(RemoteProvider):
         streaming = self._streaming() if stream is None else stream
         body: dict[str, Any] = {
             "model": request.model or self.model,
-            "messages": to_openai_messages(request.system, request.messages),
+            **self._messages_and_tools(request),
             "stream": streaming,
             self.quirks.token_param: request.max_output_tokens,
         }
         if streaming and self.quirks.stream_options:
             body["stream_options"] = {"include_usage": True}
-        if request.tools:
-            body["tools"] = to_openai_tools(request.tools)
-            if self.quirks.tool_choice:
-                body["tool_choice"] = "auto"
-        if request.response_schema is not None:
-            response_format = response_format_for(request.response_schema, self.quirks)
+        if "tools" in body and self.quirks.tool_choice:
+            body["tool_choice"] = "auto"
+        schema = step_schema(request.tools) if self._protocol(request) else request.response_schema
+        if schema is not None:
+            name = "soba_step" if self._protocol(request) else "context_capsule"
+            response_format = response_format_for(schema, self.quirks, name=name)
             if response_format is not None:
                 body["response_format"] = response_format
         if request.temperature is not None:
@@ -308,15 +339,32 @@ class OpenAIChatProvider(RemoteProvider):
         if facts.renders_tools is False:
             how = ("its /apply-template renders no tool definitions" if facts.tools_source == "/apply-template"
                    else "its /props says chat_template_caps.supports_tools is false")
-            self.warnings.append(
-                f"the server at {self.base_url} does not show tools to the model ({how}): its chat template "
-                "has no tool syntax, so the model cannot call SOBA's tools and no turn will run one. Start "
-                "llama-server with --jinja and a tool-capable template, --chat-template-file FILE (for a "
-                "ChatML model such as SmolLM2 or Qwen: llama.cpp's models/templates/Qwen-Qwen2.5-7B-Instruct.jinja). "
-                "Until then the token estimate leaves the tool definitions out, as the server does")
+            fix = ("llama-server with --jinja and a tool-capable template, --chat-template-file FILE (for a "
+                   "ChatML model such as SmolLM2 or Qwen: llama.cpp's models/templates/Qwen-Qwen2.5-7B-Instruct.jinja)")
+            if self.tool_protocol == "native":
+                self.warnings.append(
+                    f"the server at {self.base_url} does not show tools to the model ({how}): its chat template "
+                    f"has no tool syntax, so the model cannot call SOBA's tools and no turn will run one. Start {fix}, "
+                    "or set model.toolProtocol to \"json\" (SOBA's own tool protocol). Until then the token "
+                    "estimate leaves the tool definitions out, as the server does")
+            elif self.tool_protocol == "auto":
+                self.warnings.append(
+                    f"the server at {self.base_url} does not show tools to the model ({how}): its chat template "
+                    "has no tool syntax, so SOBA runs its own tool protocol (model.toolProtocol \"auto\"): the "
+                    "tool definitions go into the system prompt and each answer is one JSON tool call or reply. "
+                    f"For the model's native tool calls, start {fix}")
 
     async def respond(self, request: ModelRequest, exchange: Exchange) -> ModelResponse:
         await self._ensure_probed(exchange.headers)
+        if self._protocol(request):
+            # the raw answer is protocol JSON: shown once it is read back, as a reply or a call
+            quiet = exchange.on_event or (lambda _event: None)
+            response = await self._respond(request, replace(
+                exchange, on_event=lambda event: None if event.kind == "text" else quiet(event)))
+            return protocol_response(response, exchange.on_event)
+        return await self._respond(request, exchange)
+
+    async def _respond(self, request: ModelRequest, exchange: Exchange) -> ModelResponse:
         streaming = self._streaming()
         try:
             try:

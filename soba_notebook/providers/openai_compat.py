@@ -119,11 +119,13 @@ def adapt_request(status: int, text: str, body: Mapping[str, Any],
     return None
 
 
-def response_format_for(schema: Mapping[str, Any], quirks: ServerQuirks) -> dict[str, Any] | None:
-    """The ``response_format`` value asking for ``schema`` in the form this server accepts."""
+def response_format_for(schema: Mapping[str, Any], quirks: ServerQuirks, *,
+                        name: str = "context_capsule") -> dict[str, Any] | None:
+    """The ``response_format`` value asking for ``schema`` (called ``name``) in the form this
+    server accepts."""
     if quirks.response_format == "json_schema":
         return {"type": "json_schema",
-                "json_schema": {"name": "context_capsule", "schema": dict(schema), "strict": False}}
+                "json_schema": {"name": name, "schema": dict(schema), "strict": False}}
     if quirks.response_format == "json_object":
         return {"type": "json_object", "schema": dict(schema)}
     return None
