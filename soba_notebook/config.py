@@ -137,6 +137,11 @@ class ToolsConfig:
     allow_broad_workspace: bool = False
     shell_timeout_sec: float = _num(60.0, 0, 86_400, whole=False, open_low=True, unit="of seconds")
     max_output_chars: int = _num(20_000, 1_000, 10_000_000, unit="of characters")
+    #: who asks before a tool acts (agent/approval.py): "ask" (shell, python and every write ask first),
+    #: "edits" (writes in the workspace run; shell and python ask), "never" (nothing asks)
+    approval: str = field(default="ask", metadata={"choices": ("ask", "edits", "never")})
+    #: how long a call waits for an answer; with no one to answer (a headless run) it is then denied
+    approval_timeout_ms: int = _num(300_000, 100, 86_400_000, unit="of milliseconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +254,7 @@ def _check_value(source: str, dotted: str, name: str, value: Any, default: Any,
     if bounds is not None:
         return _check_number(value, bounds, optional=default is None, bad=bad)
     if choices is not None:
-        if value is True or value is False:  # "stream": true / false read naturally
+        if name == "stream" and (value is True or value is False):  # "stream": true / false read naturally
             value = "always" if value else "never"
         if value not in choices:
             raise bad(f"expected one of {', '.join(choices)}")
