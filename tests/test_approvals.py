@@ -16,8 +16,14 @@ import pytest
 from agent_support import make_agent
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 
-from soba_notebook.agent.approval import ApprovalRequest, Decision, Rule, needs_approval, shell_prefixes, \
-    suggested_rules
+from soba_notebook.agent.approval import (
+    ApprovalRequest,
+    Decision,
+    Rule,
+    needs_approval,
+    shell_prefixes,
+    suggested_rules,
+)
 from soba_notebook.cancel import CancelToken
 from soba_notebook.config import load_config
 from soba_notebook.errors import ConfigError
