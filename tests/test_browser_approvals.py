@@ -33,10 +33,12 @@ def _shell(call_id: str, command: str) -> dict[str, Any]:
 
 def _card(notebook: LabNotebook, cell: int) -> Any:
     """The pending card in code cell ``cell``, once it is there, scrolled into view."""
-    card = notebook.page.locator(".jp-Notebook .jp-CodeCell").nth(cell).locator(_PENDING).first
-    # attached, not visible: Lab does not paint cells out of view (content-visibility)
+    code_cell = notebook.page.locator(".jp-Notebook .jp-CodeCell").nth(cell)
+    card = code_cell.locator(_PENDING).first
+    # attached first: Lab does not paint cells out of view (content-visibility); then into view
     card.wait_for(state="attached", timeout=240_000)
-    card.scroll_into_view_if_needed()
+    card.evaluate("(el) => el.scrollIntoView({block: 'center'})")
+    card.wait_for(state="visible", timeout=60_000)
     return card
 
 

@@ -4,8 +4,8 @@
 gives the agent. Asked on the agent's thread, it puts an :data:`APPROVAL_EVENT` into the queue of
 the job that asks (the same queue that job's cell renders from), so the question appears where
 the turn is shown: the foreground cell (the kernel thread renders it), or a background turn's own
-cell (its render thread fills the :class:`ApprovalSlot` the cell made while it ran: output added
-to a finished cell is dropped by JupyterLab, an update of its display is not).
+cell (its render thread puts the card in the :class:`ApprovalSlot` box the cell showed while it
+ran: output added to a finished cell is dropped by JupyterLab, a widget's state change is not).
 
 In a notebook the question is an :class:`~.approval_card.ApprovalCard` (anywidget, ``js/approval_card.js``): the
 tool, the full command or code (scrollable, never cut), a diff for writes, and **Allow once**,
@@ -167,16 +167,19 @@ def _read_line(stdin: TextIO, future: concurrent.futures.Future[Decision]) -> st
 
 
 class ApprovalSlot:
-    """A display a background cell makes while it runs; a card is shown in it later by update."""
+    """A box a background cell shows while it runs; a card is put in it later. Setting the box's
+    children is a widget state change (a comm message), which reaches the cell in every front end;
+    a display *update* with a widget in it is not rendered by JupyterLab in a finished cell."""
 
     def __init__(self) -> None:
+        import ipywidgets  # type: ignore[import-untyped]
         from IPython.display import display
 
-        self._handle = display({"text/plain": ""}, raw=True, display_id=True)
+        self._box = ipywidgets.VBox()
+        display(self._box)
 
     def show(self, card: Any) -> None:
-        if self._handle is not None:
-            self._handle.update(card)
+        self._box.children = (card,)
 
 
 class NotebookApprover:
