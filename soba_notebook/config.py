@@ -146,6 +146,11 @@ class ToolsConfig:
     #: system but the workspace, no network, no secrets; see docs/SECURITY.md). Never a silent fall-back:
     #: "bwrap" without the ``bwrap`` program is a ConfigError at load.
     sandbox: str = field(default="none", metadata={"choices": ("none", "bwrap")})
+    #: who asks before a tool acts (agent/approval.py): "ask" (shell, python and every write ask first),
+    #: "edits" (writes in the workspace run; shell and python ask), "never" (nothing asks)
+    approval: str = field(default="ask", metadata={"choices": ("ask", "edits", "never")})
+    #: how long a call waits for an answer; with no one to answer (a headless run) it is then denied
+    approval_timeout_ms: int = _num(300_000, 100, 86_400_000, unit="of milliseconds")
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,7 +64,8 @@ def make_agent(tmp: Path, wire: str, base_url: str, *, compaction: dict[str, Any
         "model": {"provider": wire, "model": "gpt-4o-mini", "contextWindow": 128000, "maxOutputTokens": 4000,
                   **(model or {})},
         "compaction": compaction or {},
-        "tools": {"workspace": str(project / "ws"), "shellTimeoutSec": 20, **(tools or {})}})
+        # approvals off unless a test asks for them: these agents have no one to answer (test_approvals.py)
+        "tools": {"workspace": str(project / "ws"), "shellTimeoutSec": 20, "approval": "never", **(tools or {})}})
     inner: Provider
     if wire == "openai":
         inner = OpenAIChatProvider("gpt-4o-mini", base_url=base_url, api_key="test-key-not-secret",

@@ -5,7 +5,8 @@ once (so two kernels can be sent cells at the same moment), ``wait`` collects wh
 showed as text, ``run`` does both; ``wait_for_text`` waits for a running cell to show something.
 :func:`run_cell` is the one loop for a test that drives a kernel client itself: a cell's reply
 and every message it sent, in order. The kernel imports the package of the repository this file
-lives in (``PYTHONPATH``) and sees only ``home`` as its home directory.
+lives in (``PYTHONPATH``) and sees only ``home`` as its home directory, whose config sets
+``tools.approval`` to ``"never"`` unless the test passes another ``approval`` (or ``None``).
 """
 
 from __future__ import annotations
@@ -58,13 +59,24 @@ def run_cell(kc: Any, code: str, timeout: float = 120) -> tuple[dict[str, Any], 
     raise TimeoutError(f"cell did not finish: {code[:60]}")
 
 
+def _set_home_approval(home: Path, approval: str) -> None:
+    """``tools.approval`` in ``home``'s ``~/.soba/config.json``, keeping whatever else it holds."""
+    path = home / ".soba" / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    config = json.loads(path.read_text()) if path.exists() else {}
+    config.setdefault("tools", {}).setdefault("approval", approval)
+    path.write_text(json.dumps(config))
+
+
 class Kernel:
     """A real IPython kernel in ``project`` with ``%load_ext soba_notebook`` run; ``timeout`` is how
     long a cell may run unless told otherwise."""
 
     def __init__(self, project: Path, home: Path, env: Mapping[str, str] | None = None,
-                 timeout: float = 120) -> None:
+                 timeout: float = 120, approval: str | None = "never") -> None:
         home.mkdir(parents=True, exist_ok=True)
+        if approval is not None:  # tests of other things run without questions no one would answer
+            _set_home_approval(home, approval)
         self.timeout = timeout
         self.km = KernelManager(kernel_name="python3")
         full_env = {**os.environ, "HOME": str(home), "NO_PROXY": "*",

@@ -24,7 +24,7 @@ def test_scripted_session_of_30_plus_inferences_triggers_auto_turn_complete_and_
         "compaction": {"safetyReserveTokens": 1000, "keepRecentTokens": 3000, "minTokensForAutoCompact": 4000,
                        "minReclaimableTokens": 1000}}))
     provider = RecordingProvider(ScriptedModel())
-    handle = open_agent(tmp_path, provider=provider)
+    handle = open_agent(tmp_path, provider=provider, overrides={"tools": {"approval": "never"}})  # no one to ask
     agent = handle.agent
     inferences = 0
     for prompt in [*DEMO_PROMPTS, "Anything left to do?", "Anything else?"]:
@@ -68,7 +68,7 @@ def test_the_offline_model_says_what_and_where_before_writing_and_never_writes_o
     mine = "# my own ops module, not the demo's\nVALUE = 1\n"
     (tmp_path / "calc_demo" / "calc").mkdir(parents=True)
     (tmp_path / "calc_demo" / "calc" / "ops.py").write_text(mine)
-    handle = open_agent(tmp_path, provider=ScriptedModel())
+    handle = open_agent(tmp_path, provider=ScriptedModel(), overrides={"tools": {"approval": "never"}})
     result = asyncio.run(handle.agent.run_turn("create hello.py that prints hi"))
     assert result.outcome == "completed", result.error
     replies = [e for e in handle.store.path() if e.role == "assistant"]

@@ -26,7 +26,7 @@ def _quickstart_session(root: Path):
         "model": {"contextWindow": 16000, "maxOutputTokens": 1000},
         "compaction": {"safetyReserveTokens": 1000, "keepRecentTokens": 3000, "minTokensForAutoCompact": 4000,
                        "minReclaimableTokens": 1000}}))
-    handle = open_agent(root)
+    handle = open_agent(root, overrides={"tools": {"approval": "never"}})  # the demo runs without questions
     for prompt in ("Create a tiny calculator package and make its tests pass.",
                    "Add a parser so that expressions like 2 * (3 + 4) can be evaluated.",
                    "Add a command-line interface, so I can run python3 -m calc '1 + 2'."):

@@ -171,7 +171,7 @@ def test_a_real_turn_writes_entries_and_events_of_the_declared_shapes(tmp_path: 
     from soba_notebook.demo.scenario import DEMO_PROMPTS
     from soba_notebook.demo.scripted import ScriptedModel
 
-    handle = open_agent(tmp_path, provider=ScriptedModel())
+    handle = open_agent(tmp_path, provider=ScriptedModel(), overrides={"tools": {"approval": "never"}})
     events: list[Any] = []
     handle.agent.bus.subscribe(events.append)
     result = asyncio.run(handle.agent.run_turn(DEMO_PROMPTS[0]))

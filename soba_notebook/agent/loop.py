@@ -72,6 +72,8 @@ from ..session.payloads import (
 from ..session.store import SessionStore
 from ..textclip import head_tail
 from ..tokens import TokenCounter
+from .approval import Approver
+from .approval_gate import ApprovalGate
 from .confine import check_workspace_root
 from .skills import SkillRegistry
 from .tools import ToolContext, ToolRegistry, default_tools
@@ -128,7 +130,7 @@ class Agent:
                  workspace: str | os.PathLike[str] | None = None, bus: EventBus | None = None,
                  flight: FlightRecorder | None = None, user_namespace: dict[str, Any] | None = None,
                  summary_provider: Provider | None = None, counter: TokenCounter | None = None,
-                 tools: ToolRegistry | None = None) -> None:
+                 tools: ToolRegistry | None = None, approver: Approver | None = None) -> None:
         self.store = store
         self.config = config
         self.provider = provider
@@ -156,6 +158,9 @@ class Agent:
             append_checkpoint=lambda kind, note: self._append(checkpoint(kind, note)), skills=self.skills,
             hidden_env=self._scrubber.names, scrubber=self._scrubber,
             refresh_secrets=lambda: self.refresh_secrets(keep_known=True))
+        #: asks before shell, python and writes as tools.approval says (approver: the notebook's card or prompt)
+        self.approvals = ApprovalGate(self.workspace, lambda: self.config.tools, self._append, approver)
+        self.approvals.restore(store.path())
         #: a note that starts each turn (the notebook layer's: the user's own cells since the last turn)
         self.turn_note: Callable[[], str | None] | None = None
         self._provider_prepared = False
@@ -244,6 +249,7 @@ class Agent:
         cancel = cancel or CancelToken()
         self.tool_context.cancel = cancel
         self.refresh_secrets()
+        self.approvals.restore(self.store.path())  # the session rules of the path as it is now (rewind)
         self.bus.emit("turn_start", **TurnStartPayload(session_id=self.store.id, prompt=prompt[:200],
                                                        provider=self.provider.label))
         run = _TurnRun()
@@ -463,7 +469,9 @@ class Agent:
                 continue
             self.bus.emit("tool_start", **ToolStartPayload(call_id=call.id, name=call.name,
                                                            arguments=dict(call.arguments)))
-            result = await self.tools.run(call.name, call.arguments, self.tool_context)
+            result = await self.approvals.check(call, cancel) if call.name in self.tools else None
+            if result is None:
+                result = await self.tools.run(call.name, call.arguments, self.tool_context)
             entry = self._append(tool_result(call.id, call.name, result.content, is_error=result.is_error,
                                              cancelled=result.cancelled, full_chars=result.full_chars,
                                              exit_code=result.data.get("exit_code"),

@@ -179,6 +179,9 @@ def transcript(session: SessionLike) -> pd.DataFrame:
             tokens[i] = count(entry)
         elif etype == "capsule":
             tokens[i] = capsule_cost(entry, counter)
+        elif etype == "approval":  # who allowed or denied which tool call (agent/approval_gate.py)
+            tool = entry.data.get("tool")
+            tools[i] = tool if isinstance(tool, str) else None
         else:  # an entry type of another version or an import: whatever role it names
             other = entry.data.get("role")
             roles[i] = other if isinstance(other, str) else None

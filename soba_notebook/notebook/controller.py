@@ -46,6 +46,7 @@ from ..config import ConfigEdit, SobaConfig, config_edit, load_config
 from ..errors import ConfigError
 from ..events import Event, EventBus
 from . import cellview
+from .approvals import APPROVAL_EVENT, ApprovalSlot, NotebookApprover
 from .board import CellBoard
 from .cell_history import CellHistory, note_text
 from .display import CompactionSummary, Frontend, budget_line, detect_frontend, skip_text
@@ -104,6 +105,7 @@ class NotebookSession:
         self._deferred_said: dict[str, Any] = {}
         self._provider_notes_shown = 0
         self.cell_history = CellHistory()
+        self._background_queues: set[int] = set()  # ids of the event queues of background turns
 
     # -- lifecycle ---------------------------------------------------------------------------
     def config(self) -> SobaConfig:
@@ -133,6 +135,9 @@ class NotebookSession:
         self.handle = handle
         self.runtime = AgentRuntime(self.handle.agent)
         self._unsubscribe = self.bus.subscribe(_router(self.runtime))
+        # questions go to the cell of the job that asks (its event queue), answered there
+        self.handle.agent.approvals.approver = NotebookApprover(
+            self.frontend, self.runtime.job_tag, lambda events: id(events) in self._background_queues)
         self._connect_kernel(self.handle)
         self.budget_snapshot()  # the session's budget as it stands, before any display asks
         if len(self.handle.store) == 0:
@@ -280,6 +285,8 @@ class NotebookSession:
             # the result is the session's as soon as the turn ends (the future's callback runs before
             # the runtime reports idle), not when its cell has finished drawing it
             queued.future.add_done_callback(self._remember_result)
+            self._background_queues.add(id(events))
+            queued.future.add_done_callback(lambda _f: self._background_queues.discard(id(events)))
             self._render_in_background(queued, events)
             return None
         renderer = CellRenderer(self.frontend)
@@ -293,7 +300,7 @@ class NotebookSession:
                         raise TimeoutError(f"the turn did not finish within {timeout}s") from None
                     renderer.tick()
                     continue
-                renderer.handle(event)
+                _render(event, renderer)
         except KeyboardInterrupt:
             # this turn, not whatever job runs ahead of it (a queued turn is simply dropped)
             self.runtime.withdraw(queued, "interrupted from the kernel")
@@ -324,18 +331,21 @@ class NotebookSession:
         prints is this cell's too. In a terminal the turn prints as it goes."""
         board = CellBoard() if self.frontend != "terminal" else None
         renderer = CellRenderer(self.frontend, display=board.display if board is not None else None)
+        # where a question of this turn is shown later: a display made now, while the cell runs
+        asks = self.handle is not None and self.handle.agent.config.tools.approval != "never"
+        slot = ApprovalSlot() if board is not None and asks else None
         thread = threading.Thread(target=contextvars.copy_context().run,
-                                  args=(self._follow, queued, events, renderer, board),
+                                  args=(self._follow, queued, events, renderer, board, slot),
                                   name="soba-background-cell", daemon=True)
         thread.start()
         return thread
 
     def _follow(self, queued: QueuedTurn, events: queue.Queue[Event], renderer: CellRenderer,
-                board: CellBoard | None) -> None:
+                board: CellBoard | None, slot: ApprovalSlot | None = None) -> None:
         """The background turn's events into ``renderer`` until it ends, then its summary."""
         while not queued.future.done() or not events.empty():
             try:
-                renderer.handle(events.get(timeout=0.1))
+                _render(events.get(timeout=0.1), renderer, slot)
             except queue.Empty:
                 renderer.tick()
             if board is not None:
@@ -466,6 +476,7 @@ class NotebookSession:
             "skip_note": skip_text(CompactionSummary.from_event(skipped)) if skipped is not None else None,
             "last_turn": self.last_result.outcome if self.last_result else None,
             "provider_notes": list(getattr(handle.agent.provider, "warnings", ())),
+            "approval": _approval_status(handle.agent),
         }
 
     def apply_config_edits(self) -> ConfigEdit | None:
@@ -504,8 +515,30 @@ def _drain(events: queue.Queue[Event], renderer: CellRenderer) -> None:
             event = events.get_nowait()
         except queue.Empty:
             break
-        renderer.handle(event)
+        _render(event, renderer)
     renderer.tick()
+
+
+def _render(event: Event, renderer: CellRenderer, slot: ApprovalSlot | None = None) -> None:
+    """One event of a job into its cell: a question as a card (in ``slot`` for a background
+    turn) or a terminal prompt; anything else through ``renderer``."""
+    if event.type == APPROVAL_EVENT:
+        event.data["pending"].show(slot)
+    else:
+        renderer.handle(event)
+
+
+def _approval_status(agent: Any) -> str:
+    """``%soba status``'s approval line: the mode and the session's rules."""
+    tools = agent.config.tools
+    mode = tools.approval
+    sandbox = getattr(tools, "sandbox", "none")
+    words = {"ask": "ask (shell, python and writes ask first)", "edits": "edits (writes run; shell and python ask)",
+             "never": "never (nothing asks)"}.get(mode, mode)
+    if sandbox != "none" and mode != "never":
+        words += f"; shell sandboxed ({sandbox}), runs without asking"
+    rules = agent.approvals.rules
+    return words + ("; session rules: " + ", ".join(rule.describe() for rule in rules) if rules else "")
 
 
 def _router(runtime: AgentRuntime) -> Callable[[Event], None]:

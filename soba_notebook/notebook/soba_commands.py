@@ -1,5 +1,5 @@
 """The ``%soba`` subcommands (``status``, ``sessions``, ``resume``, ``rewind``, ``stop``,
-``checkpoint``, ``skill``, ``config``): one table of declarations and one small function each.
+``checkpoint``, ``skill``, ``config``, ``approval``): one table of declarations and one small function each.
 
 The table (:data:`COMMANDS`) is what ``%soba`` dispatches through and what its help lists
 (:mod:`.magic_args`); each function is thin glue over :class:`~.controller.NotebookSession`.
@@ -95,6 +95,18 @@ def _checkpoint(s: NotebookSession, args: Parsed) -> None:
                                 else "; no compaction intent (disabled by config)"))
 
 
+def _approval(s: NotebookSession, args: Parsed) -> None:
+    """``%soba approval [ask|edits|never]``: the mode for this kernel's session, recorded in its transcript."""
+    handle = s.ensure()  # opened first, so the change is a config entry of the session
+    if args.words:
+        s.set_override("tools", "approval", args.words[0])
+    mode = handle.agent.config.tools.approval
+    what = {"ask": "shell, python and every write ask first; reads never ask",
+            "edits": "writes in the workspace run without asking; shell and python ask",
+            "never": "nothing asks: the agent runs shell, python and writes with the kernel's rights"}[mode]
+    print(f"approval: {mode} ({what})" + (" · recorded in the transcript" if args.words else ""))
+
+
 def _config(s: NotebookSession, args: Parsed) -> None:
     print(json.dumps(s.config().to_json(), indent=2))
 
@@ -153,4 +165,6 @@ COMMANDS = Table("%soba", (
     Command("skill", "activate|deactivate NAME", "(or: %soba skill list)", words=(0, 2),
             usage_note="  (or %soba skill list)", run=lambda s, args: SKILL.dispatch(s, args.words)),
     Command("config", words=(0, 0), summary="the effective configuration (no secrets)", run=_config),
+    Command("approval", "[ask|edits|never]", "who asks before the agent acts (tools.approval), for this session",
+            words=(0, 1), choices=("ask", "edits", "never"), run=_approval),
 ), note=PROMPT_NOTE)

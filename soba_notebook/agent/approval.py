@@ -1,0 +1,253 @@
+"""Approval policy: which tool calls ask the user first, and the session rules that stop asking.
+
+Pure and UI-free. :func:`needs_approval` decides from the mode (``tools.approval``), the sandbox
+(``tools.sandbox``), the session's :class:`Rule` values and one call whether the call may run or
+must ask. The notebook answers through an :class:`Approver` (a card in the cell, a terminal
+prompt); the agent side (:mod:`.approval_gate`) asks it, records the answer and turns a denial
+into the call's result.
+
+Modes (the issue's contract, README "Approvals"):
+
+* ``"ask"`` (default): ``shell``, ``python`` and every write ask; reads never ask. A ``shell``
+  command runs without asking when ``tools.sandbox`` is ``"bwrap"`` (it cannot write outside the
+  workspace or reach the network); ``python`` runs in the kernel, so it always asks.
+* ``"edits"``: writes inside the workspace run; ``shell`` (unless sandboxed) and ``python`` ask.
+* ``"never"``: nothing asks.
+
+A session rule ("Allow for this session") is, for ``shell``, a command prefix: the program and,
+for programs that have them, the subcommand (``git status`` is not ``git push``; ``pytest …``
+covers every ``pytest`` run). A command matches only when *every* simple command in it matches a
+rule and it has no redirection or substitution, so ``pytest && rm -rf ~`` still asks. For writes a
+rule is a file or a folder of the workspace; for ``python`` it is the tool itself.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from ..cancel import CancelToken
+
+__all__ = [
+    "CODE_TOOLS",
+    "EDIT_TOOLS",
+    "MODES",
+    "READ_TOOLS",
+    "ApprovalRequest",
+    "Approver",
+    "Decision",
+    "Mode",
+    "Rule",
+    "Verdict",
+    "matches",
+    "needs_approval",
+    "shell_prefixes",
+    "suggested_rules",
+]
+
+Mode = Literal["ask", "edits", "never"]
+MODES: tuple[Mode, ...] = ("ask", "edits", "never")
+
+#: Tools that run code: they ask in "ask" and "edits".
+CODE_TOOLS = frozenset({"shell", "python"})
+#: Tools that write files of the workspace: they ask in "ask" only.
+EDIT_TOOLS = frozenset({"write_file", "edit_file", "notebook_edit"})
+#: Tools that change nothing outside the session: they never ask.
+READ_TOOLS = frozenset({"read_file", "list_files", "glob", "grep", "recall", "checkpoint", "activate_skill",
+                        "deactivate_skill", "variables", "notebook_read"})
+
+#: Programs whose second word is a subcommand that changes what they do (``git status`` / ``git push``).
+_SUBCOMMAND_PROGRAMS = frozenset({
+    "git", "pip", "pip3", "uv", "npm", "npx", "pnpm", "yarn", "cargo", "go", "docker", "podman", "kubectl",
+    "conda", "mamba", "poetry", "make", "apt", "apt-get", "brew", "dotnet", "gh", "hg", "svn", "jupyter",
+    "systemctl", "helm", "terraform", "rustup", "hatch", "pdm", "tox", "nox",
+})
+#: Shell syntax a rule never covers: redirections, substitutions, background jobs, subshells.
+_UNSAFE = re.compile(r"[<>`]|\$\(|\$\{|(?<![&|])&(?![&>])|\(|\)")
+_SEPARATORS = re.compile(r"&&|\|\||[;|\n]")
+_HARMLESS = re.compile(r"\s[12]?>&[12]\b")  # 2>&1: output joined, nothing written
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One "Allow for this session" rule: ``tool`` is ``"shell"``, ``"edits"`` or ``"python"``;
+    ``pattern`` a command prefix (shell), a workspace path, ``dir/`` for a folder (edits), or ``*``."""
+
+    tool: str
+    pattern: str
+
+    def describe(self) -> str:
+        if self.tool == "shell":
+            return f"shell: {self.pattern} …"
+        if self.tool == "edits":
+            where = "the workspace" if self.pattern in ("", "./") else self.pattern
+            return f"edits in {where}" if self.pattern.endswith("/") or not self.pattern else f"edits of {where}"
+        return f"{self.tool}: any code"
+
+    def to_json(self) -> dict[str, str]:
+        return {"tool": self.tool, "pattern": self.pattern}
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Rule | None:
+        if isinstance(raw, Mapping) and isinstance(raw.get("tool"), str) and isinstance(raw.get("pattern"), str):
+            return cls(raw["tool"], raw["pattern"])
+        return None
+
+
+Verdict = Literal["once", "session", "deny", "timeout", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer to one request. ``once`` and ``session`` allow (``session`` adds ``rules``);
+    ``deny`` (the user, with an optional ``reason``), ``timeout`` (no answer in time) and
+    ``cancelled`` (the stop button) do not. ``by`` says who answered (``"user"``, ``"timeout"``)."""
+
+    verdict: Verdict
+    reason: str = ""
+    rules: tuple[Rule, ...] = ()
+    by: str = "user"
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict in ("once", "session")
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """What the user is asked about: the call, the full text it would run (``body``: the command,
+    the code, the path), for writes a unified ``diff``, the rules "Allow for this session" would
+    add, and how long the answer is waited for."""
+
+    call_id: str
+    tool: str
+    body: str
+    diff: str | None
+    rules: tuple[Rule, ...]
+    timeout_s: float
+    mode: str = "ask"
+
+    @property
+    def rule_text(self) -> str:
+        return ", ".join(rule.describe() for rule in self.rules)
+
+
+class Approver(Protocol):
+    """Whoever answers requests (the notebook's card or terminal prompt). ``ask`` returns when
+    answered; it may return ``timeout`` or ``cancelled`` itself, and the gate enforces both anyway."""
+
+    async def ask(self, request: ApprovalRequest, cancel: CancelToken) -> Decision: ...
+
+
+# -- shell prefixes ------------------------------------------------------------------------------
+
+def _simple_commands(command: str) -> list[str] | None:
+    """The simple commands of ``command`` split at ``&&``, ``||``, ``;``, ``|`` and newlines, or
+    None when it holds syntax no rule may cover (redirection, substitution, ``&``, subshells)."""
+    text = _HARMLESS.sub(" ", command)
+    if _UNSAFE.search(text):
+        return None
+    parts = [part.strip() for part in _SEPARATORS.split(text)]
+    return [part for part in parts if part] or None
+
+
+def _prefix(simple: str) -> str | None:
+    """The program (and its subcommand, for programs that have them) of one simple command."""
+    try:
+        words = shlex.split(simple)
+    except ValueError:
+        return None
+    if not words or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+        return None  # FOO=1 cmd: an environment assignment can change what any program does
+        return None
+    program = words[0]
+    if posixpath.basename(program) in _SUBCOMMAND_PROGRAMS and len(words) > 1 \
+            and re.fullmatch(r"[A-Za-z][A-Za-z0-9_:.-]*", words[1]):
+        return f"{program} {words[1]}"
+    return program
+
+
+def shell_prefixes(command: str) -> tuple[str, ...] | None:
+    """The prefixes of every simple command in ``command`` (in order, once each), or None when a
+    rule can never cover it (see :func:`_simple_commands`)."""
+    parts = _simple_commands(command)
+    if parts is None:
+        return None
+    prefixes: list[str] = []
+    for part in parts:
+        prefix = _prefix(part)
+        if prefix is None:
+            return None
+        if prefix not in prefixes:
+            prefixes.append(prefix)
+    return tuple(prefixes)
+
+
+def _edit_path(arguments: Mapping[str, Any]) -> str | None:
+    path = arguments.get("path")
+    if not isinstance(path, str) or not path.strip():
+        return None
+    norm = posixpath.normpath(path.strip().replace("\\", "/"))
+    if norm.startswith("/") or norm == ".." or norm.startswith("../"):
+        return None  # outside the workspace: the tool refuses it anyway, and no rule covers it
+    return norm
+
+
+# -- the policy ----------------------------------------------------------------------------------
+
+def suggested_rules(tool: str, arguments: Mapping[str, Any]) -> tuple[Rule, ...]:
+    """The rules "Allow for this session" adds for this call (empty: only "Allow once" makes sense)."""
+    if tool == "shell":
+        prefixes = shell_prefixes(str(arguments.get("command", "")))
+        return tuple(Rule("shell", p) for p in prefixes or ())
+    if tool == "python":
+        return (Rule("python", "*"),)
+    if tool in EDIT_TOOLS:
+        path = _edit_path(arguments)
+        if path is None:
+            return ()
+        folder = posixpath.dirname(path)
+        return (Rule("edits", f"{folder}/" if folder else path),)
+    return ()
+
+
+def matches(rules: tuple[Rule, ...] | frozenset[Rule], tool: str, arguments: Mapping[str, Any]) -> bool:
+    """Whether the session's ``rules`` allow this call without asking."""
+    if tool == "shell":
+        prefixes = shell_prefixes(str(arguments.get("command", "")))
+        allowed = {rule.pattern for rule in rules if rule.tool == "shell"}
+        return bool(prefixes) and all(p in allowed for p in prefixes or ())
+    if tool == "python":
+        return any(rule.tool == "python" for rule in rules)
+    if tool in EDIT_TOOLS:
+        path = _edit_path(arguments)
+        if path is None:
+            return False
+        for rule in rules:
+            if rule.tool != "edits":
+                continue
+            if rule.pattern.endswith("/") and (path + "/").startswith(rule.pattern):
+                return True
+            if rule.pattern == path:
+                return True
+    return False
+
+
+def needs_approval(mode: str, sandbox: str, rules: tuple[Rule, ...] | frozenset[Rule], tool: str,
+                   arguments: Mapping[str, Any]) -> bool:
+    """True when this call must ask the user before it runs (module docstring)."""
+    if mode == "never" or tool in READ_TOOLS:
+        return False
+    if tool in EDIT_TOOLS:
+        if mode == "edits" and _edit_path(arguments) is not None:
+            return False
+    elif tool == "shell":
+        if sandbox == "bwrap":  # "ask" and "edits": it cannot write outside the workspace
+            return False
+    elif tool != "python":
+        return False  # a tool registered by the user's own code: theirs to trust
+    return not matches(rules, tool, arguments)

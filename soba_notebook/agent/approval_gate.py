@@ -1,0 +1,196 @@
+"""The agent's side of approvals: ask before a call runs, record the answer, answer a denial.
+
+:class:`ApprovalGate` sits between the agent loop and the tool registry. For each call the policy
+(:mod:`.approval`) says may not run on its own, it builds an :class:`~.approval.ApprovalRequest`
+(the full command or code, a diff for writes, the rule "Allow for this session" would add) and
+asks the injected :class:`~.approval.Approver`, bounded by ``tools.approvalTimeoutMs`` and the
+turn's cancel token, so nothing waits forever and the stop button ends a pending question.
+
+Every answer is an ``approval`` entry in the transcript (who decided what, when; a call a session
+rule allowed too). Entries of that type are never model input: the model hears a denial only as
+the call's result, ``denied by the user`` and the reason. Session rules live on the path: they are
+rebuilt from its ``approval`` entries at each turn start, so a resumed session keeps them and a
+rewind past the answer that added one drops it.
+
+With no approver (an :class:`~.loop.Agent` used from plain Python, no notebook or terminal to ask
+in) a call that would ask is denied at once, with a message saying how to set the mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import difflib
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..cancel import CancelToken
+from ..config import ToolsConfig
+from ..errors import SobaError
+from ..session.entries import Entry, ToolCall
+from . import workspace as ws
+from .approval import ApprovalRequest, Approver, Decision, Rule, matches, needs_approval, suggested_rules
+from .tools import ToolOutcome
+
+__all__ = ["DIFF_LIMIT", "ApprovalGate", "approval_entry", "mode_hint", "rules_on_path"]
+
+#: The most characters of a diff a card shows (a rewritten 5 MB file is summarized, not shipped).
+DIFF_LIMIT = 200_000
+_FILE_LIMIT = 2_000_000
+
+
+def mode_hint() -> str:
+    """How a user lets the agent act without asking (said by every denial that no one answered)."""
+    return ('to let the agent act without asking, run `%soba approval never` (or `%soba approval edits`: writes '
+            'in the workspace run, shell and python still ask), or set "tools": {"approval": "never"} in '
+            ".soba/config.json")
+
+
+def approval_entry(call: ToolCall, decision: Decision, *, mode: str, subject: str) -> Entry:
+    """The transcript entry of one answer (never model input: its type is not ``message``)."""
+    data: dict[str, Any] = {"toolCallId": call.id, "tool": call.name, "verdict": decision.verdict,
+                            "decidedBy": decision.by, "mode": mode, "subject": subject[:500]}
+    if decision.reason:
+        data["reason"] = decision.reason
+    if decision.rules:
+        data["rules"] = [rule.to_json() for rule in decision.rules]
+    return Entry("approval", data)
+
+
+def rules_on_path(path: Iterable[Entry]) -> tuple[Rule, ...]:
+    """The session rules the ``approval`` entries on ``path`` added, in order, each once."""
+    found: list[Rule] = []
+    for entry in path:
+        if entry.type != "approval" or entry.data.get("verdict") != "session":
+            continue
+        for raw in entry.data.get("rules") or ():
+            rule = Rule.from_json(raw)
+            if rule is not None and rule not in found:
+                found.append(rule)
+    return tuple(found)
+
+
+def _subject(tool: str, arguments: Mapping[str, Any]) -> str:
+    if tool == "shell":
+        return str(arguments.get("command", ""))
+    if tool == "python":
+        return str(arguments.get("code", ""))
+    path = arguments.get("path")
+    return str(path) if path is not None else ""
+
+
+def _diff(workspace: Path, tool: str, arguments: Mapping[str, Any]) -> str | None:
+    """What a write would change, as a unified diff (None for a call that is not a write)."""
+    path = str(arguments.get("path", ""))
+    if tool == "write_file":
+        before = _current_text(workspace, path)
+        after = str(arguments.get("content", ""))
+    elif tool == "edit_file":
+        before, after = str(arguments.get("old", "")), str(arguments.get("new", ""))
+        if arguments.get("replace_all"):
+            path += " (every occurrence)"
+    else:
+        return None
+    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                 f"a/{path}", f"b/{path}")
+    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    if len(text) > DIFF_LIMIT:
+        text = text[:DIFF_LIMIT] + f"\n… {len(text) - DIFF_LIMIT:,} more characters of the diff not shown\n"
+    return text or "(no change)\n"
+
+
+def _current_text(workspace: Path, path: str) -> str:
+    """The file's text as the workspace's own confinement reads it ("" when new or unreadable)."""
+    try:
+        target = ws.resolve_in_workspace(workspace, path)
+        if not target.is_file() or target.stat().st_size > _FILE_LIMIT:
+            return ""
+        return target.read_text(encoding="utf-8", errors="replace")
+    except (SobaError, OSError, ValueError):
+        return ""
+
+
+class ApprovalGate:
+    """Asks before the calls the mode says must ask (module docstring).
+
+    ``config()`` gives the current tools config (``%soba approval edits`` applies at the next call);
+    ``append(entry)`` records an entry (the agent's scrubbed append); ``approver`` answers, or
+    ``None`` when no one can.
+    """
+
+    def __init__(self, workspace: Path, config: Callable[[], ToolsConfig], append: Callable[[Entry], Any],
+                 approver: Approver | None = None) -> None:
+        self.workspace = workspace
+        self._config = config
+        self._append = append
+        self.approver = approver
+        self.rules: tuple[Rule, ...] = ()
+
+    def restore(self, path: Iterable[Entry]) -> None:
+        """Take the session rules from the path (turn start: resume and rewind keep them right)."""
+        self.rules = rules_on_path(path)
+
+    async def check(self, call: ToolCall, cancel: CancelToken) -> ToolOutcome | None:
+        """``None``: the call may run. Otherwise the result it gets instead (denied, or cancelled)."""
+        config = self._config()
+        mode, sandbox = config.approval, config.sandbox
+        arguments = call.arguments
+        if not needs_approval(mode, sandbox, (), call.name, arguments):
+            return None
+        subject = _subject(call.name, arguments)
+        if matches(self.rules, call.name, arguments):
+            self._append(approval_entry(call, Decision("once", "allowed by a session rule", by="rule"),
+                                        mode=mode, subject=subject))
+            return None
+        request = ApprovalRequest(call.id, call.name, subject, _diff(self.workspace, call.name, arguments),
+                                  suggested_rules(call.name, arguments), config.approval_timeout_ms / 1000, mode)
+        decision = await self._ask(request, cancel)
+        self._append(approval_entry(call, decision, mode=mode, subject=subject))
+        if decision.verdict == "session":
+            self.rules = (*self.rules, *(rule for rule in decision.rules if rule not in self.rules))
+        if decision.allowed:
+            return None
+        if decision.verdict == "cancelled":
+            return ToolOutcome(f"[cancelled: {call.name} was not run; the approval was still pending]", True,
+                               data={"cancelled": True})
+        return ToolOutcome(self._denial(call.name, decision, request.timeout_s), True, data={"denied": True})
+
+    async def _ask(self, request: ApprovalRequest, cancel: CancelToken) -> Decision:
+        approver = self.approver
+        if approver is None:
+            return Decision("deny", "no one can answer here (no notebook or terminal)", by="headless")
+        task = asyncio.ensure_future(approver.ask(request, cancel))
+        waiter = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait({task, waiter}, timeout=request.timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if task.done() and not task.cancelled() and task.exception() is None and not cancel.cancelled:
+            decision = task.result()
+        elif cancel.cancelled:
+            decision = Decision("cancelled", cancel.reason or "stopped", by="user")
+        elif task.done() and not task.cancelled() and task.exception() is not None:
+            decision = Decision("deny", f"the approval prompt failed: {task.exception()!r}", by="error")
+        else:
+            decision = Decision("timeout", by="timeout")
+        settle = getattr(approver, "settle", None)
+        if settle is not None:
+            settle(request, decision)  # the card or prompt shows how it ended
+        return decision
+
+    @staticmethod
+    def _denial(tool: str, decision: Decision, timeout_s: float) -> str:
+        if decision.verdict == "timeout":
+            return (f"denied: no answer to the approval request within {timeout_s:,.0f} s "
+                    f"(tools.approvalTimeoutMs), so {tool} was not run; {mode_hint()}")
+        if decision.by == "headless":
+            return f"denied: {tool} was not run, {decision.reason}; {mode_hint()}"
+        if decision.by == "error":
+            return f"denied: {tool} was not run, {decision.reason}"
+        reason = decision.reason.strip()
+        return f"denied by the user: {reason}" if reason else "denied by the user (no reason given)"

@@ -1,0 +1,222 @@
+"""The notebook's approver: a card in the turn's cell, or a prompt on the terminal's standard input.
+
+:class:`NotebookApprover` is the :class:`~soba_notebook.agent.approval.Approver` the controller
+gives the agent. Asked on the agent's thread, it puts an :data:`APPROVAL_EVENT` into the queue of
+the job that asks (the same queue that job's cell renders from), so the question appears where
+the turn is shown: the foreground cell (the kernel thread renders it), or a background turn's own
+cell (its render thread puts the card in the :class:`ApprovalSlot` box the cell showed while it
+ran: output added to a finished cell is dropped by JupyterLab, a widget's state change is not).
+
+In a notebook the question is an :class:`~.approval_card.ApprovalCard` (anywidget, ``js/approval_card.js``): the
+tool, the full command or code (scrollable, never cut), a diff for writes, and **Allow once**,
+**Allow for this session** (naming the rule it adds) and **Deny** with an optional reason. Its comm
+is pinned to SOBA's subshell (:mod:`.busy_comms`), so a click is handled while the kernel is busy
+running the foreground ``%soba`` cell. Once answered, timed out or cancelled, the card shows the
+outcome and its buttons are gone.
+
+In terminal IPython the kernel thread prints the question and reads one line: ``y`` (once), ``a``
+(for this session), ``n`` (deny; a reason may follow on the same line). It stops reading when the
+question is settled otherwise (timeout, stop), so nothing waits forever. A background turn in a
+terminal cannot ask (the prompt owns standard input): its calls are denied, saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import select
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from ..agent.approval import ApprovalRequest, Decision
+from ..cancel import CancelToken
+from ..events import Event
+from .busy_comms import answer_while_busy
+
+__all__ = ["APPROVAL_EVENT", "ApprovalSlot", "NotebookApprover", "PendingApproval",
+           "decision_text", "parse_answer"]
+
+#: The queue item (never a bus event: it carries a live object) that asks the cell to show a question.
+APPROVAL_EVENT = "approval_request"
+
+_VERDICT_WORDS = {"once": "Allowed once", "session": "Allowed for this session", "deny": "Denied",
+                  "timeout": "Denied: no answer in time", "cancelled": "Cancelled: the turn was stopped"}
+
+
+def decision_text(decision: Decision) -> str:
+    """How a settled question reads on the card and in the terminal."""
+    words = _VERDICT_WORDS.get(decision.verdict, decision.verdict)
+    if decision.verdict == "session" and decision.rules:
+        words += " (" + ", ".join(rule.describe() for rule in decision.rules) + ")"
+    if decision.by == "rule":
+        words = "Allowed by a session rule"
+    reason = decision.reason.strip() if decision.verdict == "deny" else ""
+    return f"{words}: {reason}" if reason else words
+
+
+def parse_answer(line: str, request: ApprovalRequest) -> Decision | None:
+    """A terminal answer: ``y`` once, ``a`` for this session, ``n [reason]`` deny; None: not understood."""
+    word, _, rest = line.strip().partition(" ")
+    word = word.lower()
+    if word in ("y", "yes"):
+        return Decision("once")
+    if word in ("a", "always") and request.rules:
+        return Decision("session", rules=request.rules)
+    if word in ("n", "no"):
+        return Decision("deny", rest.strip())
+    return None
+
+
+@dataclass(eq=False)
+class PendingApproval:
+    """One question between the agent's thread and the cell that shows it."""
+
+    request: ApprovalRequest
+    frontend: str
+    future: concurrent.futures.Future[Decision] = field(default_factory=concurrent.futures.Future)
+    card: Any = None  # its ApprovalCard, once shown
+    settled: Decision | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def answer(self, decision: Decision) -> None:
+        """The user's answer (first one wins; later clicks change nothing)."""
+        try:
+            self.future.set_result(decision)
+        except concurrent.futures.InvalidStateError:
+            return
+
+    def settle(self, decision: Decision) -> None:
+        """How the question ended (answered, timed out, cancelled): shown, buttons gone."""
+        with self._lock:
+            self.settled = decision
+            card = self.card
+        if not self.future.done():
+            self.future.cancel()
+        if card is not None:
+            card.decision = {"verdict": decision.verdict, "text": decision_text(decision)}
+
+    def show(self, slot: ApprovalSlot | None = None, *, stdin: TextIO | None = None) -> None:
+        """Show the question: a card (in ``slot``, or appended to the running cell), or the
+        terminal prompt (this thread reads the answer)."""
+        if self.frontend == "terminal":
+            self._prompt(stdin or sys.stdin)
+            return
+        from .approval_card import ApprovalCard
+
+        card = ApprovalCard(self)
+        answer_while_busy(card.comm)  # pinned at once: a click must reach it while the cell is busy
+        with self._lock:
+            self.card = card
+            settled = self.settled
+        if settled is not None:
+            card.decision = {"verdict": settled.verdict, "text": decision_text(settled)}
+        if slot is not None:
+            slot.show(card)
+        else:
+            from IPython.display import display
+
+            display(card)
+
+    def _prompt(self, stdin: TextIO) -> None:
+        r = self.request
+        print(f"\nSOBA asks to run {r.tool}:")
+        print(r.body if r.tool != "python" else "\n".join("    " + line for line in r.body.splitlines()))
+        if r.diff:
+            print(r.diff.rstrip("\n"))
+        choices = "[y] allow once, " + (f"[a] allow for this session ({r.rule_text}), " if r.rules else "") \
+            + "[n] deny (a reason may follow: n REASON)"
+        while not self.future.done():
+            print(f"{choices}? ", end="", flush=True)
+            line = _read_line(stdin, self.future)
+            if line is None:  # settled meanwhile (timeout, stop) or the input ended
+                if not self.future.done():
+                    self.answer(Decision("deny", "standard input ended"))
+                break
+            decision = parse_answer(line, r)
+            if decision is not None:
+                self.answer(decision)
+        decision = self._wait_settled()
+        print(f"→ {decision_text(decision)}" if decision is not None else "")
+
+    def _wait_settled(self) -> Decision | None:
+        for _ in range(100):  # the agent's thread settles right after the answer lands
+            with self._lock:
+                if self.settled is not None:
+                    return self.settled
+            threading.Event().wait(0.02)
+        return self.future.result() if self.future.done() and not self.future.cancelled() else None
+
+
+def _read_line(stdin: TextIO, future: concurrent.futures.Future[Decision]) -> str | None:
+    """One line of ``stdin``, or None once ``future`` is done first or the input ended."""
+    try:
+        fd = stdin.fileno()
+    except (AttributeError, OSError, ValueError):
+        fd = None
+    while fd is not None and not future.done():
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            break
+    if future.done():
+        return None
+    line = stdin.readline()
+    return line if line else None
+
+
+class ApprovalSlot:
+    """A box a background cell shows while it runs; a card is put in it later. Setting the box's
+    children is a widget state change (a comm message), which reaches the cell in every front end;
+    a display *update* with a widget in it is not rendered by JupyterLab in a finished cell."""
+
+    def __init__(self) -> None:
+        import ipywidgets  # type: ignore[import-untyped]
+        from IPython.display import display
+
+        self._box = ipywidgets.VBox()
+        display(self._box)
+
+    def show(self, card: Any) -> None:
+        self._box.children = (card,)
+
+
+class NotebookApprover:
+    """The :class:`~soba_notebook.agent.approval.Approver` of one kernel (module docstring).
+
+    ``job_queue()`` (called on the agent's thread) is the event queue of the job that asks, or
+    ``None`` outside a job; ``background()`` says whether that job renders in a background cell.
+    """
+
+    def __init__(self, frontend: str, job_queue: Callable[[], Any],
+                 background: Callable[[Any], bool] = lambda _queue: False) -> None:
+        self.frontend = frontend
+        self._job_queue = job_queue
+        self._background = background
+        self._pending: dict[str, PendingApproval] = {}
+        self._lock = threading.Lock()
+
+    async def ask(self, request: ApprovalRequest, cancel: CancelToken) -> Decision:
+        events = self._job_queue()
+        if events is None or not hasattr(events, "put"):
+            return Decision("deny", "no cell shows this job, so no one can answer", by="headless")
+        if self.frontend == "terminal" and self._background(events):
+            return Decision("deny", "a background turn in terminal IPython cannot ask (the prompt owns standard "
+                                    "input); run the turn in the foreground to be asked", by="headless")
+        pending = PendingApproval(request, self.frontend)
+        with self._lock:
+            self._pending[request.call_id] = pending
+        events.put(Event(APPROVAL_EVENT, {"pending": pending}))
+        return await asyncio.wrap_future(pending.future)
+
+    def settle(self, request: ApprovalRequest, decision: Decision) -> None:
+        with self._lock:
+            pending = self._pending.pop(request.call_id, None)
+        if pending is not None:
+            pending.settle(decision)
+
+    def pending(self) -> list[PendingApproval]:
+        """The questions not settled yet (oldest first)."""
+        with self._lock:
+            return list(self._pending.values())
