@@ -80,7 +80,8 @@ def test_kernel_interrupt_during_a_compaction_cancels_the_turn_and_appends_no_ca
         "model": {"provider": "openai", "model": "gpt-4o-mini", "baseUrl": fake_server.openai_base_url,
                   "apiKeyEnv": "SOBA_TEST_KEY", "contextWindow": 16000, "maxOutputTokens": 1000},
         "compaction": {"safetyReserveTokens": 1000, "keepRecentTokens": 2000, "minTokensForAutoCompact": 4000,
-                       "minReclaimableTokens": 500, "timeoutMs": 60000}}))
+                       "minReclaimableTokens": 500, "timeoutMs": 60000},
+        "tools": {"approval": "never"}}))
     # the summary comes so slowly that the interrupt lands first (headers_delay: a stream carrying
     # no usage makes the provider ask without streaming, and a plain reply is slow only before its headers)
     slow_summary = {"text": ["{", '"goal": ', '"g"', "}"], "headers_delay": 2.0, "usage": False}
@@ -160,7 +161,8 @@ def test_capsule_exported_by_one_session_starts_the_first_request_in_a_fresh_ker
     # Session one: the offline scripted model does a task; an explicit compact makes a checkpoint.
     first = tmp_path / "first"
     (first / ".soba").mkdir(parents=True)
-    (first / ".soba" / "config.json").write_text(json.dumps({"compaction": {"keepRecentTokens": 500}}))
+    (first / ".soba" / "config.json").write_text(json.dumps({"compaction": {"keepRecentTokens": 500},
+                                                             "tools": {"approval": "never"}}))
     handle = open_agent(first)
     assert asyncio.run(handle.agent.run_turn("Create a tiny calculator package and make its tests pass.")
                        ).outcome == "completed"

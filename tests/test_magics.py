@@ -18,10 +18,13 @@ from soba_notebook.notebook.magics import SobaMagics
 
 @pytest.fixture
 def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
-    """The one in-process shell with soba_notebook loaded, in ``tmp_path`` with an empty home (no
-    ``~/.soba`` config: without a project config, the offline model); other test files import it."""
+    """The one in-process shell with soba_notebook loaded, in ``tmp_path`` with a home whose
+    ``~/.soba/config.json`` only turns approvals off (these tests are about other things, and no one
+    answers a question here; tests/test_approvals.py covers them): without a project config, the
+    offline model. Other test files import it."""
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "home").mkdir(exist_ok=True)
+    (tmp_path / "home" / ".soba").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "home" / ".soba" / "config.json").write_text('{"tools": {"approval": "never"}}')
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setattr(controller_module, "detect_frontend", lambda: "terminal")
     sh = InteractiveShell.instance()

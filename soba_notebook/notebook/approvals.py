@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ..agent.approval import ApprovalRequest, Decision
+from ..agent.approval_gate import mode_hint
 from ..cancel import CancelToken
 from ..events import Event
 from .busy_comms import answer_while_busy
@@ -133,7 +134,7 @@ class PendingApproval:
             line = _read_line(stdin, self.future)
             if line is None:  # settled meanwhile (timeout, stop) or the input ended
                 if not self.future.done():
-                    self.answer(Decision("deny", "standard input ended"))
+                    self.answer(Decision("deny", f"no answer could be read from standard input; {mode_hint()}"))
                 break
             decision = parse_answer(line, r)
             if decision is not None:
@@ -162,7 +163,10 @@ def _read_line(stdin: TextIO, future: concurrent.futures.Future[Decision]) -> st
             break
     if future.done():
         return None
-    line = stdin.readline()
+    try:
+        line = stdin.readline()
+    except (OSError, ValueError):  # no readable standard input (captured, closed): no one can answer
+        return None
     return line if line else None
 
 
