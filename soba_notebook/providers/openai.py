@@ -20,9 +20,12 @@ and how the provider learns them, live in :mod:`~soba_notebook.providers.openai_
 * each tool result is its own ``role: tool`` message; an error result's content is prefixed with
   ``"Error: "`` because the wire has no error flag;
 * replies stream; a server whose stream carries no usage is asked without streaming from then on
-  (``stream="auto"``), and a stream that ends with no data at all is asked once more without
-  streaming, so the server can say what went wrong (llama-cpp-python sends its context overflow
-  that way only);
+  (``stream="auto"``, decided from streamed replies only), and a stream that ends with no data at
+  all is asked once more without streaming, on a fresh connection (the server may have closed the
+  one it sent the empty stream on), so the server can say what went wrong (llama-cpp-python sends
+  its context overflow that way only); when that plain request answers a request with automatic
+  tool choice, the server cannot stream those (llama-cpp-python) and they go unstreamed from then
+  on, one request each;
 * ``response_schema`` becomes ``response_format`` (structured output) in the form the server
   accepts;
 * a local server is asked once, before the first request, what it is (its context, whether its
@@ -261,14 +264,19 @@ class OpenAIChatProvider(RemoteProvider):
             headers["authorization"] = f"Bearer {key}"
         return headers
 
-    def _streaming(self) -> bool:
+    def _streaming(self, request: ModelRequest | None = None) -> bool:
         if self.stream_mode == "never":
             return False
+        if request is not None and self._automatic_tool_choice(request) and self.quirks.streams_tool_choice is False:
+            return False  # the server cannot stream these at all, whatever ``stream`` asks
         return self.stream_mode == "always" or self.quirks.streams_usage is not False
+
+    def _automatic_tool_choice(self, request: ModelRequest) -> bool:
+        return bool(request.tools) and self.quirks.tool_choice
 
     def build_body(self, request: ModelRequest, *, stream: bool | None = None) -> dict[str, Any]:
         """The JSON body for ``request`` (public so tests and debugging can inspect it)."""
-        streaming = self._streaming() if stream is None else stream
+        streaming = self._streaming(request) if stream is None else stream
         body: dict[str, Any] = {
             "model": request.model or self.model,
             "messages": to_openai_messages(request.system, request.messages),
@@ -317,14 +325,21 @@ class OpenAIChatProvider(RemoteProvider):
 
     async def respond(self, request: ModelRequest, exchange: Exchange) -> ModelResponse:
         await self._ensure_probed(exchange.headers)
-        streaming = self._streaming()
+        streaming = self._streaming(request)
+        streamed = streaming  # whether ``state`` below is a streamed reply
         try:
             try:
                 state = await self._request(request, exchange, stream=streaming)
             except _EmptyStream:
                 # Ask once more without streaming: the server can then answer with a status and an
-                # error body (llama-cpp-python reports a context overflow only this way).
+                # error body (llama-cpp-python reports a context overflow only this way). On a fresh
+                # connection: llama-cpp-python closes the one its empty stream came on.
+                streamed = False
+                await self._clients.drop_connections()
                 state = await self._request(request, exchange, stream=False)
+                if self._automatic_tool_choice(request) and (state.text or state.tools):
+                    # it answers plainly what it cannot stream: ask such requests plainly from now on
+                    self.quirks.streams_tool_choice = False
         except ContextOverflowError as exc:
             if not generated_past_its_context(exc, request.max_output_tokens, request.estimated_input_tokens):
                 raise
@@ -335,7 +350,7 @@ class OpenAIChatProvider(RemoteProvider):
                 f"{request.max_output_tokens:,}); the request itself fits, so nothing was compacted "
                 "(llama-cpp-python's automatic tool choice ignores max_tokens when the model answers in text, "
                 "and appends the model's function calls to its own prompt)")) from exc
-        if streaming and self.stream_mode == "auto" and self.quirks.streams_usage is not False:
+        if streamed and self.stream_mode == "auto" and self.quirks.streams_usage is not False:
             # one complete stream without usage is enough: some servers send it for some replies only
             self.quirks.streams_usage = state.usage is not None
             if state.usage is None:
