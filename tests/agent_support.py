@@ -37,6 +37,10 @@ class RecordingProvider:
     def renders_tools(self) -> bool:
         return getattr(self.inner, "renders_tools", True) is not False
 
+    @property
+    def effective_context_window(self) -> int | None:
+        return getattr(self.inner, "effective_context_window", None)
+
     async def prepare(self) -> None:
         prepare = getattr(self.inner, "prepare", None)
         if prepare is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -31,7 +32,8 @@ from typing import Any
 from ..cancel import CancelToken
 from ..compaction import CompactionEngine, CompactionOutcome, ModelSummarizer, Trigger, TurnState
 from ..compaction.overflow import overflow_figures, request_tokens, retry_budget, retry_refusal
-from ..compaction.summarize import SummaryCall, capsule_schema, summary_output_budget
+from ..compaction.summarize import SummaryCall, capsule_schema
+from ..compaction.summary_budget import summary_window
 from ..config import SobaConfig
 from ..errors import CompactionFailed, ContextOverflowError, ProviderError, SessionError, SobaError, TurnCancelled
 from ..events import EventBus
@@ -143,9 +145,8 @@ class Agent:
         self._restore_skills()
         self._scrubber = self._fresh_scrubber()
         self.summary_provider = summary_provider or provider
-        summarizer = ModelSummarizer(self._summary_complete, self.counter,
-                                     context_window=config.model.context_window,
-                                     max_output_tokens=summary_output_budget(config.model.context_window))
+        summarizer = ModelSummarizer(self._summary_complete, self.counter, context_window=config.model.context_window)
+        summarizer.fit(config.model.context_window)
         self.engine = CompactionEngine(store, config, self.counter, bus=self.bus, summarizer=summarizer,
                                        flight=flight)
         # the turn's secrets and the environment's as they are now (a %compact runs between turns)
@@ -210,9 +211,11 @@ class Agent:
         if self._provider_prepared:
             return
         self._provider_prepared = True
-        prepare = getattr(self.provider, "prepare", None)
-        if prepare is not None:
-            await prepare()
+        for provider in {id(p): p for p in (self.provider, self.summary_provider)}.values():
+            prepare = getattr(provider, "prepare", None)
+            if prepare is not None:
+                await prepare()
+        self._fit_summaries()
         count = getattr(self.provider, "count_request_tokens", None)
         if count is None or self.counter.calibration.samples(self.counter.model):
             return
@@ -221,10 +224,17 @@ class Agent:
         if isinstance(exact, int) and exact > 0:
             self.counter.observe_usage(self.engine.tracker.estimate_raw(), exact)
 
+    def _fit_summaries(self) -> None:
+        """Summary requests fit the summary provider's server, not only the config (issue 22)."""
+        if isinstance(self.engine.summarizer, ModelSummarizer):
+            self.engine.summarizer.fit(summary_window(self.config.model.context_window,
+                                                      _known_window(self.summary_provider)))
+
     def set_config(self, config: SobaConfig) -> None:
         """Apply a changed config (``%auto_compact off``) and record the change in the transcript."""
         before, self.config = self.config.to_json(), config
         self.engine.set_config(config)
+        self._fit_summaries()
         self.tool_context.config = config.tools
         if self._default_tools:
             self.tools = default_tools(config.tools)  # a switched tool appears or goes at the next request
@@ -320,8 +330,15 @@ class Agent:
                                      f"compaction ({exc}); the request was not resent")
         run.turn.overflow_recovered = True
         rejected = self._request_tokens(request)
-        run.retry_limit = (retry_budget(rejected, *overflow_figures(exc)), rejected)
-        recovery = await self.engine.compact(Trigger.CONTEXT_OVERFLOW, cancel=cancel)
+        budget = retry_budget(rejected, *overflow_figures(exc), window=_known_window(self.provider),
+                              reply=self.config.model.max_output_tokens,
+                              next_turn=self.config.compaction.safety_reserve_tokens)
+        run.retry_limit = (budget, rejected)
+        # the recovery aims at the retry's budget, not the configured hard limit: the server's
+        # context may be far smaller than model.contextWindow
+        check = self.engine.measure()
+        check = dataclasses.replace(check, hard_limit=min(check.hard_limit, budget))
+        recovery = await self.engine.run(Trigger.CONTEXT_OVERFLOW, cancel=cancel, check=check)
         if recovery.outcome == "cancelled":
             return run.end("cancelled")
         if recovery.outcome != "completed":
@@ -525,8 +542,8 @@ class Agent:
         request = ModelRequest(model=model, system=call.system, messages=({"role": "user", "content": call.prompt},),
                                max_output_tokens=call.max_output_tokens, purpose="summarize",
                                response_schema=capsule_schema(call.max_output_tokens),
-                               estimated_input_tokens=self.counter.count_text(call.system)
-                               + self.counter.count_text(call.prompt),
+                               estimated_input_tokens=self.counter.calibrated(
+                                   self.counter.count_text(call.system) + self.counter.count_text(call.prompt)),
                                summary_source=SummarySource(call.entries, previous))
         response = await self.summary_provider.complete(request)
         return response.text
@@ -547,6 +564,12 @@ def _retry_payload(data: Mapping[str, Any]) -> RetryPayload:
                         delay=float(delay) if isinstance(delay, int | float) else 0.0,
                         status=status if isinstance(status, int) else None,
                         reason=str(data.get("say") or detail or "the request failed"), detail=detail)
+
+
+def _known_window(provider: Provider) -> int | None:
+    """The context the provider knows its server has (the configured one if it learned none)."""
+    window = getattr(provider, "effective_context_window", None)
+    return window if isinstance(window, int) and window > 0 else None
 
 
 def _internal_error(exc: Exception) -> str:
