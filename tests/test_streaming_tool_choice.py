@@ -16,7 +16,7 @@ from typing import Any
 
 from agent_support import make_agent, tool_results_in
 from fakeserver import FakeServer, Reply
-from fakeserver import fake_server_fixture as fake_server_fixture  # noqa: F401  (the fixture)
+from fakeserver import fake_server_fixture as fake_server_fixture  # the fixture
 
 from soba_notebook.providers.base import ModelRequest
 from soba_notebook.providers.openai import OpenAIChatProvider

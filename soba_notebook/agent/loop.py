@@ -75,6 +75,7 @@ from ..session.store import SessionStore
 from ..textclip import head_tail
 from ..tokens import TokenCounter
 from .confine import check_workspace_root
+from .rendering import RenderingLearner
 from .skills import SkillRegistry
 from .tools import ToolContext, ToolRegistry, default_tools
 
@@ -162,6 +163,9 @@ class Agent:
         self._provider_prepared = False
         self._refresh_base_tokens()
         self._request_context: tuple[int, str] = (0, "root")
+        #: what the server renders, learned from its replies (agent/rendering.py)
+        self._rendering = RenderingLearner(self.counter)
+        self._request_span: tuple[list[Entry], int] | None = None
 
     # -- set-up ------------------------------------------------------------------------------
     def _fresh_scrubber(self) -> Scrubber:
@@ -374,6 +378,7 @@ class Agent:
         # What this request measures, fixed now: its reply's provider usage describes this
         # context, whatever is appended while it is in flight (another kernel on the session).
         self._request_context = (self.engine.tracker.estimate_raw(), self.engine.tracker.context_key)
+        self._request_span = self.engine.tracker.usage_span()
         # what the budget check holds this request to be: the provider's count of the last
         # reply's prompt plus a calibrated estimate of what came after
         return self._model_request(estimate=self.engine.tracker.check().effective)
@@ -444,6 +449,8 @@ class Agent:
         if response.usage is not None and response.usage.reported \
                 and context_key == self.engine.tracker.context_key:  # a count of our own teaches nothing
             self.engine.tracker.observe_usage(estimated, response.usage.prompt_tokens)
+            self._rendering.after_reply(self.engine.tracker, self._request_span, response.usage.prompt_tokens,
+                                        getattr(self.provider, "rendering_hint", None))
         return self._append(assistant_message(
             response.text, response.tool_calls, usage=response.usage, model=response.model or request.model,
             provider=self.provider.name, stop_reason=response.stop_reason, thinking=response.thinking or None,

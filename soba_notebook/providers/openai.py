@@ -239,6 +239,16 @@ class OpenAIChatProvider(RemoteProvider):
         said its chat template drops them (``/props``, confirmed by ``/apply-template``)."""
         return self.quirks.renders_tools is not False
 
+    @property
+    def rendering_hint(self) -> tuple[bool, float] | None:
+        """``(tool results rendered, extra tokens per '"' in call arguments)`` where the server's
+        behaviour names its chat template: only llama-cpp-python's ``chatml-function-calling``
+        handler refuses to stream automatic tool choice, and its template renders a tool message
+        without its content and HTML-escapes each ``"`` as ``&#34;`` (five tokens instead of one
+        in SmolLM2's, a Llama-family, vocabulary). The agent's token count starts from this and
+        learns from the replies (``agent/rendering.py``); ``None``: nothing known."""
+        return (False, 4.0) if self.quirks.streams_tool_choice is False else None
+
     async def prepare(self) -> None:
         """Learn what the server is before the first request is sized (the agent calls this before
         its first budget check; :meth:`respond` calls it too, for callers that do not)."""
