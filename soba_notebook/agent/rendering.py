@@ -108,7 +108,9 @@ def decide(spans: Sequence[Span], current: tuple[bool, float] = (True, 0.0)) -> 
         fitted, error = _fit(spans, rendered)
         ratio = _ratio(spans, rendered)
         plain = sum((s.grown - ratio * (s.counted - (0 if rendered else s.tool))) ** 2 for s in spans)
-        k = round(fitted * 2) / 2 if fitted >= 1.0 and error < CLEAR * plain else 0.0
+        found = round(fitted * 2) / 2 if fitted >= 1.0 and error < CLEAR * plain else 0.0
+        # a refit that moves less than a token per quote is noise: re-counting the whole input for it is not worth it
+        k = found if abs(found - k) >= 1.0 or found == 0.0 else k
     return rendered, k
 
 
