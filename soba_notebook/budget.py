@@ -160,6 +160,18 @@ class BudgetTracker:
         return BudgetCheck(effective, self.hard, self.soft, self.context_window, source, estimate,
                            self.context_key, self.store.leaf_id)
 
+    def usage_span(self) -> tuple[list[Entry], int] | None:
+        """The entries of the next request since the latest reply that reported usage on this
+        model input (that reply first), and that reply's prompt count; ``None`` without one."""
+        start = self._catch_up()
+        pos = self._usage_pos(start)
+        if pos is None or self._path is None:
+            return None
+        usage = self.store.get(self._path[pos]).usage
+        if usage is None or usage.prompt_tokens <= 0:
+            return None
+        return [self.store.get(entry_id) for entry_id in self._path[pos:]], usage.prompt_tokens
+
     def observe_usage(self, estimated_prompt: int, reported_prompt: int) -> None:
         """Feed one provider response (its reported prompt size) into the tokenizer calibration.
 

@@ -182,6 +182,21 @@ class TokenCounter:
         self.exact = encoding is not None
         self.encoding_name = getattr(self._encoding, "name", "estimate")
         self._entry_cache: dict[str, int] = {}
+        #: what the server renders of a conversation, as learned from its replies
+        #: (:mod:`soba_notebook.agent.rendering`): whether a tool result's content reaches the
+        #: prompt at all, and the extra tokens each ``"`` in a call's arguments costs (a template
+        #: that HTML-escapes them as ``&#34;``, llama-cpp-python's ``chatml-function-calling``)
+        self.tool_results_rendered = True
+        self.quote_tokens = 0.0
+
+    def set_rendering(self, *, tool_results_rendered: bool, quote_tokens: float) -> bool:
+        """Count messages as the server renders them from now on; ``True`` when that changed a
+        count (the per-entry cache is cleared: a budget tracker must re-count too)."""
+        if (tool_results_rendered, quote_tokens) == (self.tool_results_rendered, self.quote_tokens):
+            return False
+        self.tool_results_rendered, self.quote_tokens = tool_results_rendered, quote_tokens
+        self._entry_cache.clear()
+        return True
 
     # -- text ---------------------------------------------------------------------------------
     def count_text(self, text: str) -> int:
@@ -197,6 +212,8 @@ class TokenCounter:
         """A provider-neutral message dict: content, tool calls, tool-result fields, overhead."""
         total = MESSAGE_OVERHEAD
         get = message.get
+        if not self.tool_results_rendered and get("role") == "tool":
+            return total
         content = get("content")
         if content.__class__ is str:
             if content:
@@ -208,8 +225,10 @@ class TokenCounter:
             for call in calls:
                 if isinstance(call, Mapping):
                     total += TOOL_CALL_OVERHEAD + self.count_text(str(call.get("name", "")))
-                    total += self.count_text(json.dumps(call.get("arguments", {}), ensure_ascii=False,
-                                                        separators=(",", ":")))
+                    arguments = json.dumps(call.get("arguments", {}), ensure_ascii=False, separators=(",", ":"))
+                    total += self.count_text(arguments)
+                    if self.quote_tokens:
+                        total += round(self.quote_tokens * arguments.count('"'))
         if get("role") == "tool":
             total += self.count_text(str(get("name", ""))) + 2
         thinking = get("thinking")

@@ -41,6 +41,10 @@ class RecordingProvider:
         sent = getattr(self.inner, "sent_system", None)
         return sent(system, tools) if sent is not None else system
 
+    @property
+    def effective_context_window(self) -> int | None:
+        return getattr(self.inner, "effective_context_window", None)
+
     async def prepare(self) -> None:
         prepare = getattr(self.inner, "prepare", None)
         if prepare is not None:

@@ -42,6 +42,8 @@ API:
   returns a :class:`Script`, a :class:`Reply`, or a dict of reply options for the wire the path
   belongs to. With nothing queued and no handler the server answers HTTP 400 "nothing scripted"
   (not retried by the providers, so the test fails fast and says why).
+* ``Reply(close_after=True)``: after this reply the connection is dead; a request sent on it is
+  counted in ``server.dead_connection_requests`` and answered by closing the connection.
 * ``server.requests``: list of :class:`RecordedRequest` ``(path, headers, body)``; headers have
   lower-case names, ``body`` is the parsed JSON. ``server.wait_for_requests(n)`` and
   ``server.wait_for_disconnect()`` block (with a generous timeout) until that happened;
@@ -129,6 +131,10 @@ class Reply:
     hold_open: bool = False
     abort: bool = False
     reset: bool = False           # reset the connection (TCP RST) instead of answering: a crashed server
+    #: the server has closed this connection after the reply, without a word: the next request
+    #: sent on it gets no answer, just the end of the connection (llama-cpp-python after an error
+    #: inside a stream it had answered 200 to). Held until then, so the client cannot see it coming.
+    close_after: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,6 +414,7 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 30  # idle keep-alive connections end on their own
 
     server: _HTTPServer
+    _dead = False  # set once a ``close_after`` reply went out on this connection
 
     def log_message(self, format: str, *args: Any) -> None:  # silence the default stderr logging
         pass
@@ -434,6 +441,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b""
+        if self._dead:  # the server closed this connection after its last reply
+            self.close_connection = True
+            with self.server.owner._cond:
+                self.server.owner.dead_connection_requests += 1
+            return
         try:
             body = json.loads(raw) if raw else None
         except ValueError:
@@ -472,6 +484,7 @@ class _Handler(BaseHTTPRequestHandler):
             if not reply.stream:
                 self.wfile.write(b"".join(reply.frames))
                 self.wfile.flush()
+                self._dead = reply.close_after
                 return
             pieces: list[bytes] = list(reply.frames)
             if reply.chunk_size:
@@ -494,6 +507,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
+            if reply.close_after:
+                self._dead = True
         except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError):
             self.close_connection = True
             owner._client_left()
@@ -547,6 +562,8 @@ class FakeServer:
     requests: list[RecordedRequest] = field(default_factory=list)
     disconnects: int = 0
     connections_opened: int = 0
+    #: requests sent on a connection after a ``close_after`` reply (never answered)
+    dead_connection_requests: int = 0
     #: GET path -> JSON body (a server's ``/props`` or ``/v1/models``); others answer 404
     get_routes: dict[str, Any] = field(default_factory=dict)
     gets: list[str] = field(default_factory=list)

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import dataclasses
 import logging
 import os
-import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,7 +30,8 @@ from typing import Any
 from ..cancel import CancelToken
 from ..compaction import CompactionEngine, CompactionOutcome, ModelSummarizer, Trigger, TurnState
 from ..compaction.overflow import overflow_figures, request_tokens, retry_budget, retry_refusal
-from ..compaction.summarize import SummaryCall, capsule_schema, summary_output_budget
+from ..compaction.summarize import SummaryCall, capsule_schema
+from ..compaction.summary_budget import summary_window
 from ..config import SobaConfig
 from ..errors import CompactionFailed, ContextOverflowError, ProviderError, SessionError, SobaError, TurnCancelled
 from ..events import EventBus
@@ -61,7 +61,6 @@ from ..session.payloads import (
     RequestStartPayload,
     ResponseKind,
     ResponseStartPayload,
-    RetryPayload,
     ToolEndPayload,
     ToolStartPayload,
     TurnEndPayload,
@@ -75,8 +74,10 @@ from ..tokens import TokenCounter
 from .approval import Approver
 from .approval_gate import ApprovalGate
 from .confine import check_workspace_root
+from .rendering import RenderingLearner
 from .skills import SkillRegistry
 from .tools import ToolContext, ToolRegistry, default_tools
+from .turn_notes import canonical_arguments, internal_error, known_window, retry_payload
 
 __all__ = ["READ_ONLY_TOOLS", "SYSTEM_PROMPT", "Agent", "TurnResult"]
 
@@ -145,9 +146,8 @@ class Agent:
         self._restore_skills()
         self._scrubber = self._fresh_scrubber()
         self.summary_provider = summary_provider or provider
-        summarizer = ModelSummarizer(self._summary_complete, self.counter,
-                                     context_window=config.model.context_window,
-                                     max_output_tokens=summary_output_budget(config.model.context_window))
+        summarizer = ModelSummarizer(self._summary_complete, self.counter, context_window=config.model.context_window)
+        summarizer.fit(config.model.context_window)
         self.engine = CompactionEngine(store, config, self.counter, bus=self.bus, summarizer=summarizer,
                                        flight=flight)
         # the turn's secrets and the environment's as they are now (a %compact runs between turns)
@@ -166,6 +166,9 @@ class Agent:
         self._provider_prepared = False
         self._refresh_base_tokens()
         self._request_context: tuple[int, str] = (0, "root")
+        #: what the server renders, learned from its replies (agent/rendering.py)
+        self._rendering = RenderingLearner(self.counter)
+        self._request_span: tuple[list[Entry], int] | None = None
 
     # -- set-up ------------------------------------------------------------------------------
     def _fresh_scrubber(self) -> Scrubber:
@@ -221,9 +224,11 @@ class Agent:
         if self._provider_prepared:
             return
         self._provider_prepared = True
-        prepare = getattr(self.provider, "prepare", None)
-        if prepare is not None:
-            await prepare()
+        for provider in {id(p): p for p in (self.provider, self.summary_provider)}.values():
+            prepare = getattr(provider, "prepare", None)
+            if prepare is not None:
+                await prepare()
+        self._fit_summaries()
         count = getattr(self.provider, "count_request_tokens", None)
         if count is None or self.counter.calibration.samples(self.counter.model):
             return
@@ -232,10 +237,17 @@ class Agent:
         if isinstance(exact, int) and exact > 0:
             self.counter.observe_usage(self.engine.tracker.estimate_raw(), exact)
 
+    def _fit_summaries(self) -> None:
+        """Summary requests fit the summary provider's server, not only the config (issue 22)."""
+        if isinstance(self.engine.summarizer, ModelSummarizer):
+            self.engine.summarizer.fit(summary_window(self.config.model.context_window,
+                                                      known_window(self.summary_provider)))
+
     def set_config(self, config: SobaConfig) -> None:
         """Apply a changed config (``%auto_compact off``) and record the change in the transcript."""
         before, self.config = self.config.to_json(), config
         self.engine.set_config(config)
+        self._fit_summaries()
         self.tool_context.config = config.tools
         if self._default_tools:
             self.tools = default_tools(config.tools)  # a switched tool appears or goes at the next request
@@ -266,7 +278,7 @@ class Agent:
             run.end("failed", str(exc))
         except Exception as exc:  # a bug, not a user's or provider's problem: the turn still ends
             log.debug("turn ended by an internal error", exc_info=exc)
-            run.end("failed", _internal_error(exc))
+            run.end("failed", internal_error(exc))
             run.unanswered = f"not run: the turn ended on an internal error ({type(exc).__name__}: {exc})"
         return self._finish_turn(run)
 
@@ -332,8 +344,15 @@ class Agent:
                                      f"compaction ({exc}); the request was not resent")
         run.turn.overflow_recovered = True
         rejected = self._request_tokens(request)
-        run.retry_limit = (retry_budget(rejected, *overflow_figures(exc)), rejected)
-        recovery = await self.engine.compact(Trigger.CONTEXT_OVERFLOW, cancel=cancel)
+        budget = retry_budget(rejected, *overflow_figures(exc), window=known_window(self.provider),
+                              reply=self.config.model.max_output_tokens,
+                              next_turn=self.config.compaction.safety_reserve_tokens)
+        run.retry_limit = (budget, rejected)
+        # the recovery aims at the retry's budget, not the configured hard limit: the server's
+        # context may be far smaller than model.contextWindow
+        check = self.engine.measure()
+        check = dataclasses.replace(check, hard_limit=min(check.hard_limit, budget))
+        recovery = await self.engine.run(Trigger.CONTEXT_OVERFLOW, cancel=cancel, check=check)
         if recovery.outcome == "cancelled":
             return run.end("cancelled")
         if recovery.outcome != "completed":
@@ -369,6 +388,7 @@ class Agent:
         # What this request measures, fixed now: its reply's provider usage describes this
         # context, whatever is appended while it is in flight (another kernel on the session).
         self._request_context = (self.engine.tracker.estimate_raw(), self.engine.tracker.context_key)
+        self._request_span = self.engine.tracker.usage_span()
         # what the budget check holds this request to be: the provider's count of the last
         # reply's prompt plus a calibrated estimate of what came after
         return self._model_request(estimate=self.engine.tracker.check().effective)
@@ -401,7 +421,7 @@ class Agent:
                 streamed.append(event.data.get("text", ""))
                 self.bus.emit("message_delta", **MessageDeltaPayload(text=event.data.get("text", "")))
             elif event.kind == "retry":
-                self.bus.emit("retry", **_retry_payload(event.data))
+                self.bus.emit("retry", **retry_payload(event.data))
 
         self.bus.emit("request_start", **RequestStartPayload(model=request.model, provider=self.provider.label,
                                                              inference=inference))
@@ -440,6 +460,8 @@ class Agent:
         if response.usage is not None and response.usage.reported \
                 and context_key == self.engine.tracker.context_key:  # a count of our own teaches nothing
             self.engine.tracker.observe_usage(estimated, response.usage.prompt_tokens)
+            self._rendering.after_reply(self.engine.tracker, self._request_span, response.usage.prompt_tokens,
+                                        getattr(self.provider, "rendering_hint", None))
         return self._append(assistant_message(
             response.text, response.tool_calls, usage=response.usage, model=response.model or request.model,
             provider=self.provider.name, stop_reason=response.stop_reason, thinking=response.thinking or None,
@@ -456,7 +478,8 @@ class Agent:
         for call in response.tool_calls:
             if cancel.cancelled:
                 return "cancelled"
-            key = f"{call.name}\0{call.raw_arguments if call.raw_arguments is not None else _canonical(call.arguments)}"
+            arguments = call.raw_arguments if call.raw_arguments is not None else canonical_arguments(call.arguments)
+            key = f"{call.name}\0{arguments}"
             repeats[key] += 1
             if stopped or repeats[key] > limit:
                 stopped = True
@@ -543,8 +566,8 @@ class Agent:
         request = ModelRequest(model=model, system=call.system, messages=({"role": "user", "content": call.prompt},),
                                max_output_tokens=call.max_output_tokens, purpose="summarize",
                                response_schema=capsule_schema(call.max_output_tokens),
-                               estimated_input_tokens=self.counter.count_text(call.system)
-                               + self.counter.count_text(call.prompt),
+                               estimated_input_tokens=self.counter.calibrated(
+                                   self.counter.count_text(call.system) + self.counter.count_text(call.prompt)),
                                summary_source=SummarySource(call.entries, previous))
         response = await self.summary_provider.complete(request)
         return response.text
@@ -552,29 +575,3 @@ class Agent:
 
 #: The stream events that mean the reply began, and what ``response_start`` calls them.
 _RESPONSE_KINDS: dict[str, ResponseKind] = {"text": "text", "thinking": "thinking", "tool_call_start": "tool_call"}
-
-
-def _retry_payload(data: Mapping[str, Any]) -> RetryPayload:
-    """A provider's ``retry`` stream event as the bus's typed ``retry`` payload (plain reason first)."""
-    detail = str(data.get("reason") or "")
-    delay, attempt, most = data.get("delay"), data.get("attempt"), data.get("maxRetries")
-    status = data.get("status")
-    return RetryPayload(provider=str(data.get("provider") or ""),
-                        attempt=attempt if isinstance(attempt, int) else 0,
-                        max_retries=most if isinstance(most, int) else 0,
-                        delay=float(delay) if isinstance(delay, int | float) else 0.0,
-                        status=status if isinstance(status, int) else None,
-                        reason=str(data.get("say") or detail or "the request failed"), detail=detail)
-
-
-def _internal_error(exc: Exception) -> str:
-    """The turn's error for a bug: what was raised and where, without a traceback on screen."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
-    return (f"internal error: {type(exc).__name__}: {exc}{where}. This is a bug in soba_notebook or in a tool, not "
-            "in your request; the turn was ended, its tool calls were answered and the transcript is intact")
-
-
-def _canonical(arguments: Mapping[str, Any]) -> str:
-    """One text per argument value, whatever the key order the model used."""
-    return json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)

@@ -23,6 +23,7 @@ truncated in the summarizer's input (the transcript keeps them whole).
 from __future__ import annotations
 
 import json
+import math
 import re
 import textwrap
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -35,6 +36,7 @@ from ..session.entries import Entry
 from ..session.payloads import checkpoint_data
 from ..tokens import TokenCounter
 from .capsule import Capsule, roll
+from .summary_budget import SUMMARY_MARGIN, fitted_output_budget, schema_output_tokens, summary_output_budget
 
 __all__ = [
     "ASKED_FIELDS",
@@ -49,6 +51,7 @@ __all__ = [
     "chunk_entries",
     "parse_capsule_answer",
     "serialize_entries",
+    "smallest_capsule_schema",
     "summary_input_tokens",
     "summary_output_budget",
     "summary_system_prompt",
@@ -105,25 +108,41 @@ _CHARS_PER_TOKEN = 3
 _STRINGS_PER_ITEM: dict[FieldKind, int] = {"strings": 1, "decisions": 2, "verification": 2}
 
 
-def summary_output_budget(context_window: int) -> int:
-    """Output tokens a summary may use: sized to a capsule, not to the model's reply budget (a
-    capsule needs about a thousand tokens whatever ``maxOutputTokens`` is), and at most a quarter
-    of the window so the history still fits beside it."""
-    return max(256, min(4_000, context_window // 4))
+#: the shortest string bound a schema is given (a path, a command, a short fact)
+_MIN_TEXT = 40
+#: strings shorten to this before lists drop items
+_PREFERRED_TEXT = 80
 
 
 def capsule_schema(max_output_tokens: int, asked: Sequence[CapsuleField] = ASKED_FIELDS) -> dict[str, Any]:
     """The capsule as a JSON schema for constrained output (OpenAI structured outputs, llama.cpp
     grammars). Every list and string is bounded so that even a model that fills every field to the
-    limit finishes within ``max_output_tokens``: a grammar-constrained small model otherwise keeps
-    adding items until the output cap cuts its JSON in half."""
+    limit finishes within ``max_output_tokens`` (:func:`~.summary_budget.schema_output_tokens`): a
+    grammar-constrained small model otherwise keeps adding items until the output cap cuts its
+    JSON in half. Below :func:`smallest_capsule_schema`'s size no schema fits: the request's
+    budget is raised to it instead (:func:`~.summary_budget.fitted_output_budget`)."""
     chars = max_output_tokens * _CHARS_PER_TOKEN
     # strings per item over all the lists (14 for the seed's fields); 600 characters for keys and
     # punctuation; strings shorten before lists drop below one item
     per_item = sum(_STRINGS_PER_ITEM.get(f.kind, 0) for f in asked)
-    text_len = max(40, min(160, (chars - 600) // per_item - 8))
+    text_len = max(_MIN_TEXT, min(160, (chars - 600) // per_item - 8))
     items = max(1, (chars - 600) // (per_item * (text_len + 8)))
+    schema = _bounded_schema(text_len, items, asked)
+    while schema_output_tokens(schema) > max_output_tokens and (items > 1 or text_len > _MIN_TEXT):
+        if text_len > _PREFERRED_TEXT or items == 1:
+            text_len = max(_MIN_TEXT, text_len * 9 // 10)
+        else:
+            items -= 1
+        schema = _bounded_schema(text_len, items, asked)
+    return schema
 
+
+def smallest_capsule_schema(asked: Sequence[CapsuleField] = ASKED_FIELDS) -> dict[str, Any]:
+    """The tightest capsule schema: one item per list, the shortest strings."""
+    return _bounded_schema(_MIN_TEXT, 1, asked)
+
+
+def _bounded_schema(text_len: int, items: int, asked: Sequence[CapsuleField]) -> dict[str, Any]:
     def text(limit: int = text_len) -> dict[str, Any]:
         return {"type": "string", "maxLength": limit}
 
@@ -265,7 +284,14 @@ def chunk_entries(entries: Sequence[Entry], counter: TokenCounter, budget_tokens
 
 
 class ModelSummarizer:
-    """Summarizes with a model through ``complete``; chunks when the input exceeds its window."""
+    """Summarizes with a model through ``complete``; chunks when the input exceeds its window.
+
+    ``context_window`` is the window every summary request must fit, prompt and answer: the agent
+    sets the smaller of the configured window and the server's own once the provider knows it
+    (:func:`~.summary_budget.summary_window`). Each request leaves :data:`~.summary_budget.
+    SUMMARY_MARGIN` of it unused, and its prompt is measured in the server's tokens as far as the
+    counter's calibration knows them.
+    """
 
     def __init__(self, complete: CompleteFn, counter: TokenCounter, *, context_window: int,
                  max_output_tokens: int = 4_000) -> None:
@@ -274,23 +300,54 @@ class ModelSummarizer:
         self.context_window = context_window
         self.max_output_tokens = max_output_tokens
 
+    def fit(self, window: int) -> None:
+        """Size every later request to ``window`` (the smaller of the configured window and the
+        server's): its output budget, raised where the smallest capsule schema needs more."""
+        self.context_window = window
+        self.max_output_tokens = fitted_output_budget(summary_output_budget(window), smallest_capsule_schema())
+
     @property
     def input_budget(self) -> int:
-        fixed = self.counter.count_text(SUMMARY_SYSTEM_PROMPT) + 500
-        return max(1_000, self.context_window - self.max_output_tokens - fixed)
+        """The most prompt tokens (the counter's raw units) one summary request may carry, system
+        prompt included."""
+        usable = math.floor(self.context_window * (1 - SUMMARY_MARGIN)) - self.max_output_tokens
+        ratio = self.counter.calibration.ratio(self.counter.model)
+        return max(0, math.floor(usable / max(ratio, 1e-6)))
 
     async def summarize(self, request: SummaryRequest, progress: ProgressFn) -> Capsule:
-        previous = request.previous
-        prev_cost = self.counter.count_text(json.dumps(previous.to_json())) if previous else 0
-        budget = max(500, self.input_budget - prev_cost - 2_000)  # room for the rolling state
-        chunks = chunk_entries(request.entries, self.counter, budget)
-        state = previous
-        for n, chunk in enumerate(chunks):
-            prompt = build_summary_prompt(serialize_entries(chunk), state, request.instructions)
+        entries = list(request.entries)
+        costs = [self.counter.count_text(serialize_entries([e])) + 2 for e in entries]
+        state, done = request.previous, 0
+        while done < len(entries):
+            # sized with the state as it now is: a rolled state grows from chunk to chunk
+            room = self.input_budget - self.counter.count_text(SUMMARY_SYSTEM_PROMPT) - self.counter.count_text(
+                build_summary_prompt("", state, request.instructions))
+            end, used = done, 0
+            while end < len(entries) and (end == done or used + costs[end] <= room):
+                used += costs[end]
+                end += 1
+            chunk = entries[done:end]
+            history = _fit(serialize_entries(chunk), room, self.counter)
+            prompt = build_summary_prompt(history, state, request.instructions)
             answer = await self.complete(SummaryCall(SUMMARY_SYSTEM_PROMPT, prompt, self.max_output_tokens,
                                                      tuple(chunk), state))
             summary = parse_capsule_answer(answer)
             # the model saw the previous state; rolling keeps anything it forgot to carry over
             state = roll(state, summary)
-            progress((n + 1) / len(chunks))
+            done = max(end, 1)
+            progress(min(1.0, done / max(1, len(entries))))
         return state or Capsule()
+
+
+def _fit(history: str, budget: int, counter: TokenCounter) -> str:
+    """``history`` clipped in its middle until it counts at most ``budget`` tokens: one entry too
+    large for a request on its own (a long user message) is summarized from its head and tail,
+    rather than sent past the server's context."""
+    budget = max(budget, 50)
+    tokens = counter.count_text(history)
+    while tokens > budget:
+        history = _clip(history, max(100, int(len(history) * budget / tokens * 0.9)))
+        tokens = counter.count_text(history)
+        if len(history) <= 200:
+            break
+    return history

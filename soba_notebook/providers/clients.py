@@ -63,6 +63,18 @@ class ClientCache:
             self._loop = weakref.ref(loop)
         return client
 
+    async def drop_connections(self) -> None:
+        """Close the pooled connections, so the next request opens a fresh one. For a server that
+        closes its side of a connection after a reply without saying so (llama-cpp-python after an
+        error inside a stream it had already answered 200 to): the pool would hand the next
+        request that dead connection, and the server's "disconnected without a response" would
+        cost a retry."""
+        client = self._client
+        if client is None or client.is_closed or self._loop is None or self._loop() is not asyncio.get_running_loop():
+            return
+        self._client = None
+        await client.aclose()
+
     async def aclose(self) -> None:
         client, self._client, self._loop = self._client, None, None
         if client is not None and not client.is_closed:

@@ -20,9 +20,12 @@ and how the provider learns them, live in :mod:`~soba_notebook.providers.openai_
 * each tool result is its own ``role: tool`` message; an error result's content is prefixed with
   ``"Error: "`` because the wire has no error flag;
 * replies stream; a server whose stream carries no usage is asked without streaming from then on
-  (``stream="auto"``), and a stream that ends with no data at all is asked once more without
-  streaming, so the server can say what went wrong (llama-cpp-python sends its context overflow
-  that way only);
+  (``stream="auto"``, decided from streamed replies only), and a stream that ends with no data at
+  all is asked once more without streaming, on a fresh connection (the server may have closed the
+  one it sent the empty stream on), so the server can say what went wrong (llama-cpp-python sends
+  its context overflow that way only); when that plain request answers a request with automatic
+  tool choice, the server cannot stream those (llama-cpp-python) and they go unstreamed from then
+  on, one request each;
 * ``response_schema`` becomes ``response_format`` (structured output) in the form the server
   accepts;
 * a local server is asked once, before the first request, what it is (its context, whether its
@@ -56,8 +59,6 @@ from .base import (
     ModelRequest,
     ModelResponse,
     StreamEvent,
-    message_text,
-    repair_tool_pairing,
     tool_call_from_text,
 )
 from .clients import is_loopback_url
@@ -69,6 +70,12 @@ from .openai_compat import (
     count_rendered_tokens,
     probe_server,
     response_format_for,
+)
+from .openai_wire import (
+    normalize_openai_stop_reason,
+    normalize_openai_usage,
+    to_openai_messages,
+    to_openai_tools,
 )
 from .overflow import generated_past_its_context, is_context_overflow, overflow_error
 from .remote import Exchange, RemoteProvider
@@ -82,76 +89,6 @@ __all__ = [
     "to_openai_messages",
     "to_openai_tools",
 ]
-
-_STOP_REASONS = {"stop": "stop", "tool_calls": "tool_use", "function_call": "tool_use", "length": "length"}
-
-
-def normalize_openai_stop_reason(reason: str | None) -> str | None:
-    """``stop`` → ``stop``, ``tool_calls`` / ``function_call`` → ``tool_use``, ``length`` →
-    ``length``; anything else (``content_filter``…) unchanged."""
-    if reason is None:
-        return None
-    return _STOP_REASONS.get(reason, reason)
-
-
-def _int(value: Any) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else 0
-
-
-def normalize_openai_usage(raw: Mapping[str, Any]) -> Usage:
-    """OpenAI counts cached tokens inside ``prompt_tokens``; soba's :class:`Usage` does not:
-    ``input = prompt_tokens - cached``, ``cache_read = cached``. DeepSeek's
-    ``prompt_cache_hit_tokens`` is read when ``prompt_tokens_details`` is absent."""
-    prompt = _int(raw.get("prompt_tokens"))
-    details = raw.get("prompt_tokens_details")
-    cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else 0
-    if not cached:
-        cached = _int(raw.get("prompt_cache_hit_tokens"))
-    cached = min(cached, prompt)
-    return Usage(input=prompt - cached, output=_int(raw.get("completion_tokens")), cache_read=cached)
-
-
-def to_openai_tools(tools: Any) -> list[dict[str, Any]]:
-    """``ToolSpec`` values in the ``{"type": "function", "function": {...}}`` form."""
-    return [{"type": "function",
-             "function": {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}}
-            for t in tools]
-
-
-def _arguments_text(call: Mapping[str, Any]) -> str:
-    raw = call.get("rawArguments")
-    return raw if isinstance(raw, str) else json.dumps(call["arguments"], ensure_ascii=False)
-
-
-def to_openai_messages(system: str, messages: Any) -> list[dict[str, Any]]:
-    """Neutral messages (repaired by :func:`repair_tool_pairing`) as chat-completions messages."""
-    out: list[dict[str, Any]] = []
-    if system:
-        out.append({"role": "system", "content": system})
-    for message in repair_tool_pairing(messages):
-        role = message.get("role")
-        text = message_text(message.get("content"))
-        if role == "user":
-            out.append({"role": "user", "content": text})
-        elif role == "assistant":
-            calls = message.get("toolCalls") or []
-            if not text and not calls:
-                continue
-            wire: dict[str, Any] = {"role": "assistant", "content": text}
-            if calls:
-                wire["tool_calls"] = [
-                    {"id": c["id"], "type": "function",
-                     "function": {"name": c["name"], "arguments": _arguments_text(c)}}
-                    for c in calls]
-            out.append(wire)
-        elif role == "tool":
-            if message.get("isError") and not text.startswith("Error"):
-                text = f"Error: {text}"
-            out.append({"role": "tool", "tool_call_id": str(message.get("toolCallId")), "content": text})
-        elif role == "system" and text:
-            out.append({"role": "system", "content": text})
-    return out
-
 
 @dataclass(slots=True)
 class _ToolSlot:
@@ -269,6 +206,16 @@ class OpenAIChatProvider(RemoteProvider):
             body["tools"] = to_openai_tools(request.tools)
         return body
 
+    @property
+    def rendering_hint(self) -> tuple[bool, float] | None:
+        """``(tool results rendered, extra tokens per '"' in call arguments)`` where the server's
+        behaviour names its chat template: only llama-cpp-python's ``chatml-function-calling``
+        handler refuses to stream automatic tool choice, and its template renders a tool message
+        without its content and HTML-escapes each ``"`` as ``&#34;`` (five tokens instead of one
+        in SmolLM2's, a Llama-family, vocabulary). The agent's token count starts from this and
+        learns from the replies (``agent/rendering.py``); ``None``: nothing known."""
+        return (False, 4.0) if self.quirks.streams_tool_choice is False else None
+
     async def prepare(self) -> None:
         """Learn what the server is before the first request is sized (the agent calls this before
         its first budget check; :meth:`respond` calls it too, for callers that do not)."""
@@ -292,14 +239,19 @@ class OpenAIChatProvider(RemoteProvider):
             headers["authorization"] = f"Bearer {key}"
         return headers
 
-    def _streaming(self) -> bool:
+    def _streaming(self, request: ModelRequest | None = None) -> bool:
         if self.stream_mode == "never":
             return False
+        if request is not None and self._automatic_tool_choice(request) and self.quirks.streams_tool_choice is False:
+            return False  # the server cannot stream these at all, whatever ``stream`` asks
         return self.stream_mode == "always" or self.quirks.streams_usage is not False
+
+    def _automatic_tool_choice(self, request: ModelRequest) -> bool:
+        return bool(request.tools) and self.quirks.tool_choice
 
     def build_body(self, request: ModelRequest, *, stream: bool | None = None) -> dict[str, Any]:
         """The JSON body for ``request`` (public so tests and debugging can inspect it)."""
-        streaming = self._streaming() if stream is None else stream
+        streaming = self._streaming(request) if stream is None else stream
         body: dict[str, Any] = {
             "model": request.model or self.model,
             **self._messages_and_tools(request),
@@ -365,14 +317,21 @@ class OpenAIChatProvider(RemoteProvider):
         return await self._respond(request, exchange)
 
     async def _respond(self, request: ModelRequest, exchange: Exchange) -> ModelResponse:
-        streaming = self._streaming()
+        streaming = self._streaming(request)
+        streamed = streaming  # whether ``state`` below is a streamed reply
         try:
             try:
                 state = await self._request(request, exchange, stream=streaming)
             except _EmptyStream:
                 # Ask once more without streaming: the server can then answer with a status and an
-                # error body (llama-cpp-python reports a context overflow only this way).
+                # error body (llama-cpp-python reports a context overflow only this way). On a fresh
+                # connection: llama-cpp-python closes the one its empty stream came on.
+                streamed = False
+                await self._clients.drop_connections()
                 state = await self._request(request, exchange, stream=False)
+                if self._automatic_tool_choice(request) and (state.text or state.tools):
+                    # it answers plainly what it cannot stream: ask such requests plainly from now on
+                    self.quirks.streams_tool_choice = False
         except ContextOverflowError as exc:
             if not generated_past_its_context(exc, request.max_output_tokens, request.estimated_input_tokens):
                 raise
@@ -383,7 +342,7 @@ class OpenAIChatProvider(RemoteProvider):
                 f"{request.max_output_tokens:,}); the request itself fits, so nothing was compacted "
                 "(llama-cpp-python's automatic tool choice ignores max_tokens when the model answers in text, "
                 "and appends the model's function calls to its own prompt)")) from exc
-        if streaming and self.stream_mode == "auto" and self.quirks.streams_usage is not False:
+        if streamed and self.stream_mode == "auto" and self.quirks.streams_usage is not False:
             # one complete stream without usage is enough: some servers send it for some replies only
             self.quirks.streams_usage = state.usage is not None
             if state.usage is None:

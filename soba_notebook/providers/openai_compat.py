@@ -16,7 +16,13 @@ assistant ``content``  an assistant message that only calls tools sends ``""``. 
                        session (the message stays in history); every server tested accepts ``""``.
 usage in streams       requested with ``stream_options.include_usage``. A server that streams no
                        usage anyway (llama-cpp-python) is asked without streaming from then on, so
-                       every reply carries the exact prompt count (``stream_mode="auto"``).
+                       every reply carries the exact prompt count (``stream_mode="auto"``),
+                       decided from streamed replies only.
+streams with tools     llama-cpp-python answers a streamed request with ``tool_choice: "auto"``
+                       with HTTP 200, an empty stream and a closed connection ("Automatic
+                       streaming tool choice is not supported" in its log). The request is asked
+                       again unstreamed on a fresh connection, and such requests are sent
+                       unstreamed from then on (``streams_tool_choice``).
 ``max_tokens``         sent; a server that wants ``max_completion_tokens`` (OpenAI reasoning
                        models) gets the request again with that name, remembered.
 ``response_format``    structured output for capsule summaries: OpenAI's ``json_schema`` form
@@ -74,6 +80,9 @@ class ServerQuirks:
     response_format: str = "json_schema"
     #: None until a complete streamed reply showed whether the server streams usage
     streams_usage: bool | None = None
+    #: False once a streamed request with automatic tool choice came back empty and the same
+    #: request unstreamed did not (llama-cpp-python): such requests are sent unstreamed
+    streams_tool_choice: bool | None = None
     #: the server's own context size, when a probe found it
     server_context: int | None = None
     #: whether the server shows the model the tool definitions (``None``: it does not say)
