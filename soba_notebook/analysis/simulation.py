@@ -21,6 +21,7 @@ from ..compaction.simulate import SimulationResult, replay
 from ..config import CompactionConfig, ModelConfig, SobaConfig
 from ..errors import ConfigError
 from ..session.entries import Entry
+from ..tokens import TokenCounter
 from ._common import (
     OUTCOME_CATEGORIES,
     QUALITY_CATEGORIES,
@@ -266,7 +267,11 @@ def _inferences_frame(result: SimulationResult) -> pd.DataFrame:
 
 def run_simulation(snap: Snapshot, config: SobaConfig, base_tokens: int) -> SimulationView:
     """One replay of ``snap`` under ``config`` (what simulate, compare and the fleet views run)."""
-    counter = counter_for(snap.model(), snap.id)
+    counter = counter_for(snap.model(), snap.id)  # shared for its per-entry counts, a pure function of the entry
+    if counter.calibration.samples(counter.model):
+        # no provider answers a replay, so it never calibrates; a ratio learned elsewhere in this
+        # process must not move its figures (a fresh worker would not have it)
+        counter = TokenCounter(snap.model())
     source = list(snap.path)
     result = run_blocking(lambda: replay(source, config, counter=counter, base_tokens=base_tokens))
     views = tuple(CapsuleView.of(c, e) for c, e in zip(result.capsules, result.capsule_entries, strict=False))
