@@ -13,7 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 import pandas as pd
 
@@ -22,7 +22,7 @@ from ..importers.fleet import run_all, transcript_files
 from ..session.store import SessionStore
 from ..tokens import encoding_for_model
 from ._common import SessionLike, snapshot
-from .simulation import COMPARE_COLUMNS, run_simulation, simulation_config
+from .simulation import COMPARE_COLUMNS, replay_snapshot, simulation_config, summary_row
 
 __all__ = ["FLEET_COLUMNS", "simulate_many"]
 
@@ -37,8 +37,7 @@ def _simulate_session(session: str, configs: Mapping[str, SobaConfig], base_toke
         snap = snapshot(session)
         rows: list[dict[str, Any]] = []
         for name, cfg in configs.items():
-            # a Series' to_dict is typed with Hashable keys; a summary row's index is its column names
-            summary = cast(dict[str, Any], run_simulation(snap, cfg, base_tokens).summary().to_dict())
+            summary = summary_row(replay_snapshot(snap, cfg, base_tokens), cfg)
             rows.append({"session": session, "config": name, **summary, "error": None})
         return rows
     except Exception as exc:  # one broken transcript must not sink a fleet of hundreds

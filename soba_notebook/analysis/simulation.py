@@ -21,6 +21,7 @@ from ..compaction.simulate import SimulationResult, replay
 from ..config import CompactionConfig, ModelConfig, SobaConfig
 from ..errors import ConfigError
 from ..session.entries import Entry
+from ..tokens import TokenCounter
 from ._common import (
     OUTCOME_CATEGORIES,
     QUALITY_CATEGORIES,
@@ -36,8 +37,8 @@ from ._common import (
 )
 from .progress import progress
 
-__all__ = ["COMPARE_COLUMNS", "INFERENCE_COLUMNS", "CapsuleView", "SimulationView", "compare", "run_simulation",
-           "simulate", "simulation_config"]
+__all__ = ["COMPARE_COLUMNS", "INFERENCE_COLUMNS", "CapsuleView", "SimulationView", "compare", "replay_snapshot",
+           "run_simulation", "simulate", "simulation_config", "summary_row"]
 
 INFERENCE_COLUMNS = ("index", "entry_id", "turn", "effective_tokens", "source", "hard_limit", "soft_limit",
                      "trigger", "outcome", "reason", "tokens_after", "reclaimed_tokens", "checkpoint_id", "quality",
@@ -204,7 +205,7 @@ class SimulationView:
 
     def summary(self) -> pd.Series:
         """The :func:`compare` row of this simulation."""
-        return _summary_row(self.inferences, self.config)
+        return pd.Series(summary_row(self.result, self.config))
 
     # A cell that ends in ``views.simulate(...)`` shows these, not the dataclass's field-by-field
     # repr (every inference row, capsule and config value: 28,734 characters for one pi session).
@@ -264,11 +265,20 @@ def _inferences_frame(result: SimulationResult) -> pd.DataFrame:
     }, columns=list(INFERENCE_COLUMNS))
 
 
-def run_simulation(snap: Snapshot, config: SobaConfig, base_tokens: int) -> SimulationView:
-    """One replay of ``snap`` under ``config`` (what simulate, compare and the fleet views run)."""
-    counter = counter_for(snap.model(), snap.id)
+def replay_snapshot(snap: Snapshot, config: SobaConfig, base_tokens: int) -> SimulationResult:
+    """One replay of ``snap`` under ``config``: what every simulation view runs."""
+    counter = counter_for(snap.model(), snap.id)  # shared for its per-entry counts, a pure function of the entry
+    if counter.calibration.samples(counter.model):
+        # no provider answers a replay, so it never calibrates; a ratio learned elsewhere in this
+        # process must not move its figures (a fresh worker would not have it)
+        counter = TokenCounter(snap.model())
     source = list(snap.path)
-    result = run_blocking(lambda: replay(source, config, counter=counter, base_tokens=base_tokens))
+    return run_blocking(lambda: replay(source, config, counter=counter, base_tokens=base_tokens))
+
+
+def run_simulation(snap: Snapshot, config: SobaConfig, base_tokens: int) -> SimulationView:
+    """One replay of ``snap`` under ``config`` as a :class:`SimulationView` (what simulate and compare show)."""
+    result = replay_snapshot(snap, config, base_tokens)
     views = tuple(CapsuleView.of(c, e) for c, e in zip(result.capsules, result.capsule_entries, strict=False))
     return SimulationView(_inferences_frame(result), views, config, result)
 
@@ -300,24 +310,28 @@ def simulate(session: SessionLike, context_window: int | None = None, max_output
     return run_simulation(snapshot(session), cfg, base_tokens)
 
 
-def _summary_row(df: pd.DataFrame, config: SobaConfig) -> pd.Series:
-    completed = df["outcome"] == "completed"
+def summary_row(result: SimulationResult, config: SobaConfig) -> dict[str, Any]:
+    """The :func:`compare` row of one replay, from its records: no DataFrame is built, so a fleet
+    of thousands of sessions (which needs only these rows) does not pay for one per replay."""
+    recs = result.inferences
+    completed = [r for r in recs if r.outcome == "completed"]
     row: dict[str, Any] = {
         "context_window": config.model.context_window, "max_output_tokens": config.model.max_output_tokens,
         "hard_limit": config.hard_limit, "soft_limit": config.soft_limit,
-        "keep_recent_tokens": config.compaction.keep_recent_tokens, "inferences": len(df),
-        "compactions": int(completed.sum())}
+        "keep_recent_tokens": config.compaction.keep_recent_tokens, "inferences": len(recs),
+        "compactions": len(completed)}
     for trig in _REPLAY_TRIGGERS:
-        row[f"compactions_{trig}"] = int((completed & (df["trigger"] == trig)).sum())
+        row[f"compactions_{trig}"] = sum(1 for r in completed if r.trigger == trig)
     row.update({
-        "skipped": int((df["outcome"] == "skipped").sum()), "failed": int((df["outcome"] == "failed").sum()),
-        "max_effective_tokens": int(df["effective_tokens"].max()) if len(df) else 0,
-        "max_sent_tokens": int(df["tokens_after"].max()) if len(df) else 0,
-        "any_oversized": bool(df["oversized"].any()), "blocked": int(df["blocked"].sum()),
-        "tokens_reclaimed": int(df["reclaimed_tokens"].sum()),
-        "degraded": int((completed & (df["quality"] == "degraded")).sum()),
-        "pairs_intact": bool(df["pairs_intact"].all())})
-    return pd.Series(row)
+        "skipped": sum(1 for r in recs if r.outcome == "skipped"),
+        "failed": sum(1 for r in recs if r.outcome == "failed"),
+        "max_effective_tokens": max((r.effective_tokens for r in recs), default=0),
+        "max_sent_tokens": max((r.tokens_after for r in recs), default=0),
+        "any_oversized": any(r.oversized for r in recs), "blocked": sum(1 for r in recs if r.blocked),
+        "tokens_reclaimed": sum(r.reclaimed_tokens or 0 for r in recs),
+        "degraded": sum(1 for r in completed if r.quality == "degraded"),
+        "pairs_intact": all(r.pairs_intact for r in recs)})
+    return row
 
 
 def compare(session: SessionLike, configs: Mapping[str, Mapping[str, Any]], *, base_tokens: int = 0,

@@ -6,10 +6,9 @@ tracker) and runs each compaction to exactly one terminal outcome: ``completed``
 
 1. measure the budget; pick the winning trigger (:func:`~.triggers.choose_trigger`);
 2. make an immutable :class:`~.planner.CompactionPlan` and emit ``compaction_start``;
-3. soft triggers: the pre-generation ROI gate (seed section 6, as written), then a stricter
-   prediction (:mod:`.predict`): the continuation the deterministic capsule would give (grounded
-   and rolled like a model's answer, its cost scaled by the learned model factor) must pass the
-   post-generation gate, or no summary is requested;
+3. soft triggers: the pre-generation ROI gate (seed section 6, as written), then a stricter prediction
+   (:mod:`.predict`): the continuation the deterministic capsule would give (grounded and rolled like a model's
+   answer, its cost scaled by the learned model factor) must pass the post-generation gate, or no summary is requested;
 4. generate the capsule with the summarizer under ``timeoutMs``; on timeout (or a failing
    summarizer) fall back at once to the deterministic capsule, ``quality: degraded``;
 5. ground the summary in the history (:func:`~.grounding.ground`: files, checks and skills are
@@ -113,6 +112,8 @@ class CompactionEngine:
         capsule = self.inputs.capsule  # a reopened session's last compaction is the capsule in force
         self._last_done: CompactionEndPayload | None = compaction_of_capsule(capsule) if capsule else None
         self._last_skip: CompactionEndPayload | None = None
+        #: a new capsule's checkpoint id; its text is part of what is measured, so a replay numbers them
+        self.new_checkpoint_id: Callable[[], str] = lambda: "ck_" + secrets.token_hex(5)
         #: seconds between progress updates while a summary is generated
         self.progress_interval = 0.25
         #: the transcript's secret scrubber (JSON value -> JSON value), applied once to a capsule
@@ -460,7 +461,7 @@ class CompactionEngine:
         # -- the only write: checked immediately before, with no await in between ----------
         if cancel.cancelled:
             return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
-        checkpoint_id = "ck_" + secrets.token_hex(5)
+        checkpoint_id = self.new_checkpoint_id()
         after = self._measure_after(plan, capsule, quality, checkpoint_id)  # with its id: exactly what is sent
         data: CapsuleData = {
             "checkpointId": checkpoint_id, "firstKeptEntryId": plan.first_kept_entry_id,

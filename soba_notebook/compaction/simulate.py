@@ -14,13 +14,23 @@ flight records (``flight``).
 
 Provider usage recorded in the source describes the *uncompacted* history, so it is trusted only
 until the first simulated capsule changes the model input (its ``contextKey`` stays ``root``).
+
+A replay is a pure function of its source, config and options, whatever ran before it and wherever
+it runs (a thread, a process pool, a Dask worker): everything the engine would draw from the
+moment or the machine and that reaches a measured capsule is fixed here. Checkpoint ids are
+numbered (:func:`replay_checkpoint_ids`; a random id's text tokenizes to a different length each
+time, and the capsule's id is part of what is measured), and capsules are scrubbed of token
+shapes only, never of the running environment's secrets (a worker with another environment
+would otherwise render other capsules).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import itertools
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +38,7 @@ from ..config import SobaConfig
 from ..errors import CompactionFailed
 from ..events import Event, EventBus
 from ..flight import FlightRecorder
+from ..scrub import Scrubber
 from ..session.entries import Entry
 from ..session.payloads import checkpoint_data
 from ..session.store import SessionStore
@@ -38,7 +49,7 @@ from .capsule_entry import capsule_of
 from .summarize import Summarizer
 from .triggers import TurnState
 
-__all__ = ["InferenceRecord", "SimulationResult", "replay"]
+__all__ = ["InferenceRecord", "SimulationResult", "replay", "replay_checkpoint_ids"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +79,13 @@ class SimulationResult:
     capsules: tuple[Capsule, ...]
     capsule_entries: tuple[Entry, ...] = field(default=())
     session_path: Path | None = None
+
+
+def replay_checkpoint_ids() -> Callable[[], str]:
+    """The checkpoint ids of one replay, in order: shaped like the engine's random ones (``ck_`` and
+    ten hex digits, so a capsule renders to a typical size) but the same in every replay."""
+    numbers = itertools.count(1)
+    return lambda: "ck_" + hashlib.sha256(b"soba replay checkpoint %d" % next(numbers)).hexdigest()[:10]
 
 
 def _dangling_calls(entries: Sequence[Entry]) -> set[str]:
@@ -144,6 +162,8 @@ async def _replay(source: Sequence[Entry], config: SobaConfig, counter: TokenCou
     bus.subscribe(lambda e: ends.append(e) if e.type == "compaction_end" else None)
     engine = CompactionEngine(store, config, counter, bus=bus, summarizer=options.summarizer, base_tokens=base_tokens,
                               flight=options.flight)
+    engine.new_checkpoint_id = replay_checkpoint_ids()
+    engine.scrub = Scrubber().json  # token shapes only: the same capsules on a machine with other secrets
     if not options.predict:
         engine.predictor = None
     dangling = _dangling_calls(source)

@@ -18,7 +18,10 @@ What an import promises:
   prompts, compactions, configuration changes, unknown record types) are kept as entries of their
   own type, never dropped.
 * Ids and the parent tree are kept when the source has them; sources without ids are chained in
-  file order. The leaf is the source's last conversation entry.
+  file order. The leaf is the source's last conversation entry. An entry the source gives no id
+  gets one derived from the source's sha256, numbered in file order (:func:`_derived_ids`), so the same
+  file imports to the same ids in every process: a fleet replayed on many workers, each importing
+  for itself, measures the same capsules (they name the entries they summarize).
 * Nothing is invented: a tool result whose call is missing, or a call that never got a result,
   is kept as it is and listed in :attr:`ImportReport.problems`, with ``file:line`` of the entry.
 
@@ -36,13 +39,13 @@ import itertools
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import SessionError
-from ..session.entries import Entry, new_id
+from ..session.entries import Entry
 from ..session.store import BatchEntryError, SessionStore
 from ._common import Converted, ImportLog, Planned
 from .detect import FORMATS, detect_format, detect_format_of
@@ -142,7 +145,7 @@ def import_transcript_with_report(source_path: str | os.PathLike[str], sessions_
     if converted.info:
         meta["importedInfo"] = dict(converted.info)
     store = SessionStore.create(sessions_dir, session_id=session_id, meta=meta)
-    where_by_id = _write(converted.entries, store, log)
+    where_by_id = _write(converted.entries, store, log, _derived_ids(digest))
     written = store.entries()
     pairs = _check_tool_pairs(written, where_by_id, log)
     messages = sum(1 for e in written if e.type == "message")
@@ -173,8 +176,16 @@ def _convert(format: str, data: bytes, name: str, log: ImportLog) -> Converted:
 _ID_OK = re.compile(r"^[\x21-\x7e]{1,200}$")
 
 
-def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog) -> dict[str, str]:
-    """Append ``planned`` to ``store`` in order; returns entry id -> source location.
+def _derived_ids(digest: str) -> Iterator[str]:
+    """Fresh entry ids for a source with this sha256: 16 hex digits like a new id, the same for the
+    same file, different for different files."""
+    for n in itertools.count():
+        yield hashlib.blake2b(f"{digest}:{n}".encode(), digest_size=8).hexdigest()
+
+
+def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog, fresh: Iterator[str]) -> dict[str, str]:
+    """Append ``planned`` to ``store`` in order; returns entry id -> source location. Entries
+    without a usable source id take the next unused one of ``fresh``.
 
     An entry without a source timestamp gets the previous entry's (the first known one for
     leading entries), marked ``imported.tsInferred``, so ``ts`` stays in source order instead of
@@ -196,7 +207,8 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog) -> d
         elif p.ref is not None and p.ref in refmap:
             log.problem(p.where, f"id {p.ref!r} appears twice in the source; this entry gets a fresh id and "
                                  f"references resolve to the first one")
-        eid = eid or new_id()
+        while eid is None or eid in used:
+            eid = next(fresh)
         if p.tree and p.parent is not None:
             parent = refmap.get(p.parent)
             if parent is None:
