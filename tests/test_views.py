@@ -41,7 +41,8 @@ from soba_notebook.tokens import TokenCounter
 UTC_NS = "datetime64[ns, UTC]"
 TRANSCRIPT_DTYPES = {"id": "string", "parent_id": "string", "type": "category", "role": "category",
                      "tool_name": "string", "tokens": "Int64", "tokens_source": "category", "ts": UTC_NS,
-                     "in_context": "bool", "on_path": "bool", "covered_by": "string", "line": "Int64"}
+                     "in_context": "bool", "on_path": "bool", "covered_by": "string", "line": "Int64",
+                     "detail": "string"}
 CAPSULE_DTYPES = {"checkpoint_id": "string", "trigger": "category", "quality": "category", "tokens_before": "Int64",
                   "tokens_after": "Int64", "reclaimed_tokens": "Int64", "reclaimed_percent": "float64",
                   "first_kept_entry_id": "string", "summarized_entries": "Int64", "duration_ms": "Int64",

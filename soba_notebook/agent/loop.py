@@ -81,7 +81,7 @@ __all__ = ["READ_ONLY_TOOLS", "SYSTEM_PROMPT", "Agent", "TurnResult"]
 log = logging.getLogger(__name__)
 
 #: Tools that change nothing: the same call again, with nothing changed in between, is a loop.
-READ_ONLY_TOOLS = frozenset({"read_file", "list_files", "glob", "grep", "recall"})
+READ_ONLY_TOOLS = frozenset({"read_file", "list_files", "glob", "grep", "recall", "notebook_read"})
 
 SYSTEM_PROMPT = """You are SOBA, a coding agent running inside the user's Jupyter kernel.
 Work in the workspace {workspace}. Use the tools to read, edit and run code; verify changes by running the
@@ -462,9 +462,12 @@ class Agent:
                                              exit_code=result.data.get("exit_code"),
                                              files_changed=result.data.get("files_changed")))
             written.append(entry.id or "")
-            self.bus.emit("tool_end", **ToolEndPayload(call_id=call.id, name=call.name, is_error=result.is_error,
-                                                       cancelled=result.cancelled,
-                                                       content=head_tail(self._scrubber.text(result.content))))
+            ended = ToolEndPayload(call_id=call.id, name=call.name, is_error=result.is_error,
+                                   cancelled=result.cancelled, content=head_tail(self._scrubber.text(result.content)))
+            changes = result.data.get("notebook")
+            if isinstance(changes, list) and changes:  # a notebook edit: its diff for the cell's display
+                ended["notebook"] = self._scrubber.json(changes)
+            self.bus.emit("tool_end", **ended)
             if result.cancelled or cancel.cancelled:
                 return "cancelled"
             if call.name in ("activate_skill", "deactivate_skill") and result.data.get("changed"):

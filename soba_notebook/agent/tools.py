@@ -43,6 +43,7 @@ from ..scrub import Scrubber
 from ..session.entries import new_id
 from . import file_changes as observe
 from . import workspace as ws
+from .notebook_access import NotebookAccess
 from .pyexec import run_python
 from .sandbox import with_sandbox_note
 from .shell import run_shell
@@ -114,6 +115,7 @@ class ToolContext:
     hidden_env: frozenset[str] = frozenset()
     scrubber: Scrubber | None = None
     refresh_secrets: Callable[[], object] | None = None
+    notebooks: NotebookAccess = field(default_factory=NotebookAccess)  # the notebook tools' seams (front end)
     _private_namespace: dict[str, Any] = field(default_factory=lambda: {"__name__": "__soba__"}, init=False,
                                                repr=False)
 
@@ -590,9 +592,9 @@ class ToolRegistry:
 
 
 def default_tools(config: ToolsConfig) -> ToolRegistry:
-    """The built-in tools, without those the config disables (shell, write_file/edit_file, python),
-    plus ``variables`` (:mod:`.kernel_state`: the kernel's user variables, read only)."""
+    """The built-in tools the config enables, ``variables`` (:mod:`.kernel_state`) and the notebook tools."""
     from .kernel_state import VARIABLES_TOOL
+    from .notebook_tools import notebook_aware, notebook_tools
 
-    chosen = [t for t in _TOOLS if t.requires is None or getattr(config, t.requires)]
-    return ToolRegistry([*with_sandbox_note(chosen, config.sandbox), VARIABLES_TOOL])
+    chosen = with_sandbox_note([t for t in _TOOLS if t.requires is None or getattr(config, t.requires)], config.sandbox)
+    return ToolRegistry([*map(notebook_aware, chosen), VARIABLES_TOOL, *notebook_tools(config)])

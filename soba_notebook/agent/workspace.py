@@ -43,6 +43,7 @@ __all__ = [
     "grep_files",
     "list_files",
     "read_file",
+    "read_whole",
     "resolve_in_workspace",
     "write_file",
 ]
@@ -139,6 +140,19 @@ def _read_text(root: Path, path: str) -> tuple[Located, str]:
     except BaseException:
         loc.close()
         raise
+
+
+def read_whole(root: Path, path: str, verb: str, *, missing_ok: bool = False
+               ) -> tuple[str, bytes | None, os.stat_result | None]:
+    """The workspace-relative name, bytes and status of a regular file, confined like every file
+    tool (never under ``.soba``); for tools that parse a whole file (notebooks). A missing file
+    is an error, or with ``missing_ok`` ``(name, None, None)``."""
+    with _locate(root, path) as loc:
+        if loc.st is None and missing_ok:
+            return loc.shown, None, None
+        fd = _open_regular(loc, verb)
+    with os.fdopen(fd, "rb") as fh:
+        return loc.shown, fh.read(), os.fstat(fh.fileno())
 
 
 def read_file(root: Path, path: str, start_line: int | None = None, end_line: int | None = None,

@@ -40,6 +40,7 @@ from ._common import (
     snapshot,
     utc_times,
 )
+from .calls import describe_call, describe_result
 
 __all__ = [
     "CAPSULE_COLUMNS",
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 TRANSCRIPT_COLUMNS = ("id", "parent_id", "type", "role", "tool_name", "tokens", "tokens_source", "ts",
-                      "in_context", "on_path", "covered_by", "line")
+                      "in_context", "on_path", "covered_by", "line", "detail")
 CAPSULE_COLUMNS = ("checkpoint_id", "trigger", "quality", "tokens_before", "tokens_after", "reclaimed_tokens",
                    "reclaimed_percent", "first_kept_entry_id", "summarized_entries", "duration_ms", "operation_id",
                    "ts", "entry_id", "source", "previous_checkpoint_id", "on_path", "ungrounded_claims")
@@ -128,6 +129,9 @@ def transcript(session: SessionLike) -> pd.DataFrame:
     on_path    bool                    on the root-to-leaf path (False: an abandoned branch)
     covered_by string                  checkpoint id of the capsule that summarized the entry
     line       Int64                   line in the session file (header is line 1)
+    detail     string                  tool calls in words (``notebook_edit: replace cell a1b2 in
+                                       x.ipynb``; ``; ``-joined), a result's observed files
+                                       (``modified x.ipynb#a1b2``); else ``<NA>``
     ========== ======================= ==========================================================
     """
     snap = snapshot(session)
@@ -150,6 +154,7 @@ def transcript(session: SessionLike) -> pd.DataFrame:
     tokens: list[int] = [0] * n
     stamps: list[str | None] = [None] * n
     lines: list[int | None] = [None] * n
+    details: list[str | None] = [None] * n
     for i, entry in enumerate(snap.entries):
         ids[i] = entry.id
         parents[i] = entry.parent_id
@@ -165,10 +170,12 @@ def transcript(session: SessionLike) -> pd.DataFrame:
                 if role == "tool":
                     name = msg.get("name")
                     tools[i] = name if isinstance(name, str) else None
+                    details[i] = describe_result(msg)
                 elif role == "assistant":
                     calls = msg.get("toolCalls")
                     if calls:
                         tools[i] = ",".join(str(c.get("name", "")) for c in calls if isinstance(c, Mapping))
+                        details[i] = "; ".join(_call_words(c) for c in calls if isinstance(c, Mapping))
             tokens[i] = count(entry)
         elif etype == "capsule":
             tokens[i] = capsule_cost(entry, counter)
@@ -189,7 +196,13 @@ def transcript(session: SessionLike) -> pd.DataFrame:
         "on_path": pd.Series([i in on_path for i in ids], dtype=bool),
         "covered_by": pd.Series([covered.get(i) if i is not None else None for i in ids], dtype="string"),
         "line": int64(lines),
+        "detail": pd.Series(details, dtype="string"),
     }, columns=list(TRANSCRIPT_COLUMNS))
+
+
+def _call_words(call: Mapping[str, Any]) -> str:
+    args = call.get("arguments")
+    return describe_call(str(call.get("name", "")), args if isinstance(args, Mapping) else {})
 
 
 # -- flight records -------------------------------------------------------------------------------

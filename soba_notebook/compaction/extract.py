@@ -355,6 +355,8 @@ def _tool_call(scan: _Scan, index: int, name: str, args: Mapping[str, Any], resu
 
 def _observed(scan: _Scan, index: int, changes: FileChanges) -> None:
     """Files a run was observed to create, modify or delete: facts, whatever its exit status."""
+    for path in changes.read:
+        scan.read(path, index)
     for path in changes.created:
         scan.modify(path, index, "Created")
     for path in changes.modified:

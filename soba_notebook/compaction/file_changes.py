@@ -7,6 +7,10 @@ extractor (:mod:`.extract`) can read it without touching the disk: a file writte
 ``open(p, "w")`` in the ``python`` tool, by a script the shell runs (``python fix.py``) or
 restored with ``cp`` is a fact, not a guess from parsing the command line.
 
+The notebook tools record their facts in the same field: ``notebook_edit`` the cells it changed,
+as ``analysis.ipynb#a1b2c3`` (created: an inserted cell; modified: a replaced one; deleted), and
+``notebook_read`` the notebook it read, in ``read`` (files a tool was observed to read).
+
 ``truncated`` says that the snapshot hit its bound (too many files, or too long to take), so
 the lists may miss changes; then the extractor also keeps what shell parsing suggests.
 """
@@ -33,6 +37,8 @@ class FileChanges:
     deleted: tuple[str, ...] = ()
     #: why the observation may be incomplete (a bound was hit), or ``None`` when it is complete
     truncated: str | None = None
+    #: files the tool read (not changes: ``bool`` and ``complete`` ignore them)
+    read: tuple[str, ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -46,6 +52,8 @@ class FileChanges:
                                "deleted": list(self.deleted)}
         if self.truncated is not None:
             out["truncated"] = self.truncated
+        if self.read:
+            out["read"] = list(self.read)
         return out
 
     @classmethod
@@ -55,7 +63,7 @@ class FileChanges:
             return None
         truncated = raw.get("truncated")
         return cls(_paths(raw.get("created")), _paths(raw.get("modified")), _paths(raw.get("deleted")),
-                   truncated if isinstance(truncated, str) and truncated else None)
+                   truncated if isinstance(truncated, str) and truncated else None, _paths(raw.get("read")))
 
     def summary(self, limit: int = 8) -> str:
         """One line for people and the model: ``created a.py; modified b.py, c.py (+3 more)``."""
@@ -65,5 +73,7 @@ class FileChanges:
                 shown = ", ".join(paths[:limit])
                 more = f" (+{len(paths) - limit:,} more)" if len(paths) > limit else ""
                 parts.append(f"{label} {shown}{more}")
+        if self.read and not parts:
+            parts.append("read " + ", ".join(self.read[:limit]))
         text = "; ".join(parts) or "no workspace files changed"
         return f"{text} [{self.truncated}]" if self.truncated else text

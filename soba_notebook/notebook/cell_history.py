@@ -9,25 +9,38 @@ exception type and message). Output values are never included. A cell that sets 
 secret-looking variable (``OPENAI_API_KEY = "…"``, ``os.environ["DB_PASSWORD"] = …``) is
 withheld, and every input passes the capsule redaction (environment secrets, token shapes).
 
+It also keeps, for the life of the kernel, every run in order (:meth:`CellHistory.runs`, the last
+:data:`MAX_RUNS`): execution count, the notebook cell id the front end sent (IPython's
+``ExecutionInfo.cell_id``), the outcome and a failure's traceback (the kernel's own frames left
+out, redacted), so ``notebook_read`` of the kernel's notebook can say which cells ran and why one
+failed, even when the file was not saved since.
+
 Switchable with ``notebook.shareCellHistory`` (default: on in a notebook, off in terminal IPython).
 SOBA's own magics (``%soba``, ``%compact``…) are not user work and are left out.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import threading
+import traceback
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..agent.kernel_state import is_secret_name
+from ..agent.notebook_access import KernelRun
 from ..memory.redact import redact_text
 
 __all__ = ["CellHistory", "CellRecord", "note_text"]
 
 MAX_CELLS = 50
+#: Runs kept for ``notebook_read`` (the newest); one traceback is kept to TRACEBACK_CHARS.
+MAX_RUNS = 200
+TRACEBACK_CHARS = 6_000
+_IPYTHON_FRAMES = f"{os.sep}IPython{os.sep}"
 #: The whole note stays under about this many characters (~750 tokens).
 NOTE_CHARS = 3_000
 #: One cell's input is elided in the middle beyond this.
@@ -56,11 +69,30 @@ def _outcome(result: Any) -> str:
     return text if len(text) <= OUTCOME_CHARS else text[: OUTCOME_CHARS - 1] + "…"
 
 
+def _traceback(result: Any) -> str:
+    """The failure's traceback as plain text, without IPython's own frames, redacted and bounded."""
+    error = getattr(result, "error_in_exec", None)
+    if isinstance(error, BaseException):
+        tb = error.__traceback__
+        while tb is not None and _IPYTHON_FRAMES in tb.tb_frame.f_code.co_filename:
+            tb = tb.tb_next  # the shell's run_code frame is not the user's
+        lines = traceback.format_exception(type(error), error, tb)
+    else:
+        error = getattr(result, "error_before_exec", None)
+        if not isinstance(error, BaseException):
+            return ""
+        lines = traceback.format_exception_only(type(error), error)
+    text = redact_text("".join(lines))
+    return text if len(text) <= TRACEBACK_CHARS else text[:1_000] + "\n…\n" + text[-(TRACEBACK_CHARS - 1_000):]
+
+
 class CellHistory:
-    """The cells run since the last turn took them (at most :data:`MAX_CELLS`, the newest kept)."""
+    """The cells run since the last turn took them (at most :data:`MAX_CELLS`, the newest kept),
+    and every run of the kernel's life for ``notebook_read`` (the last :data:`MAX_RUNS`)."""
 
     def __init__(self, max_cells: int = MAX_CELLS) -> None:
         self._cells: deque[CellRecord] = deque(maxlen=max_cells)
+        self._runs: deque[KernelRun] = deque(maxlen=MAX_RUNS)
         self._dropped = 0
         self._lock = threading.Lock()
 
@@ -71,10 +103,25 @@ class CellHistory:
         if not isinstance(source, str) or not source.strip() or _SOBA_MAGICS.match(source):
             return
         count = getattr(result, "execution_count", None)
+        number = count if isinstance(count, int) else None
+        cell_id = getattr(info, "cell_id", None)
+        outcome = _outcome(result)
+        secret = _secret_assignment(source)
+        shown = (f"(input withheld: the cell sets {secret}, which looks like a secret)" if secret
+                 else redact_text(source))
+        trace = _traceback(result) if outcome != "ok" and not secret else ""  # its lines would show the secret
+        run = KernelRun(number, cell_id if isinstance(cell_id, str) and cell_id else None, shown,
+                        redact_text(outcome), trace)
         with self._lock:
             if len(self._cells) == self._cells.maxlen:
                 self._dropped += 1
-            self._cells.append(CellRecord(count if isinstance(count, int) else None, source, _outcome(result)))
+            self._cells.append(CellRecord(number, source, outcome))
+            self._runs.append(run)
+
+    def runs(self) -> list[KernelRun]:
+        """Every run kept, oldest first (never cleared by :meth:`take`)."""
+        with self._lock:
+            return list(self._runs)
 
     def take(self) -> tuple[list[CellRecord], int]:
         """The cells recorded since the last call (oldest first) and how many older ones were dropped."""

@@ -10,6 +10,8 @@ Owns the static, per-cell pieces of the notebook UI, as pure functions that retu
 * :func:`tool_block` — one tool call's result, collapsed, with its last line (a shell's
   ``[exit code N]``) always in the summary and the body already clipped head + tail by
   :func:`soba_notebook.textclip.head_tail`;
+* :func:`notebook_edit_block` — a ``notebook_edit``: the cell id and what happened in the
+  summary, the source's diff (before → after) collapsed under it;
 * :func:`stopped_turn` — what the stop button did to a turn, said in the cell (both forms): that
   it was cancelled and which capsules, if any, were appended before the stop;
 * :func:`cell_summary` — the static record of what one cell's turn (or ``%compact``) did to the
@@ -29,8 +31,8 @@ from typing import Any
 from ..textclip import head_tail, last_line
 from .display import CompactionSummary, format_tokens, skip_text
 
-__all__ = ["CellOutput", "activity", "cell_summary", "note", "offline_notice", "show", "status_lines", "stopped_turn",
-           "tool_block"]
+__all__ = ["CellOutput", "activity", "cell_summary", "note", "notebook_edit_block", "offline_notice", "show",
+           "status_lines", "stopped_turn", "tool_block"]
 
 _NOTE_STYLE = ("margin:4px 0;padding:6px 10px;border-left:3px solid var(--jp-info-color1,#0288d1);"
                "background:var(--jp-layout-color2,#f3f6f9);color:var(--jp-ui-font-color1,inherit);"
@@ -86,6 +88,38 @@ def tool_block(name: str, status: str, content: str) -> CellOutput:
     body = (f"<details class='soba-tool' data-soba-tool><summary>{summary}</summary>"
             f"<pre>{html.escape(shown)}</pre></details>")
     return CellOutput(body, f"[{status}] {name}: {last[:200]}")
+
+
+_DIFF_COLOURS = {"+": "var(--jp-success-color1,#388e3c)", "-": "var(--jp-error-color1,#d32f2f)",
+                 "@": "var(--jp-ui-font-color2,#757575)"}
+
+
+def _diff_html(diff: str) -> str:
+    lines = []
+    for line in diff.splitlines():
+        colour = _DIFF_COLOURS.get(line[:1])
+        text = html.escape(line)
+        lines.append(f"<span style='color:{colour}'>{text}</span>" if colour else text)
+    return "\n".join(lines)
+
+
+def notebook_edit_block(changes: Sequence[Mapping[str, Any]]) -> CellOutput:
+    """A collapsed ``notebook_edit``: ``notebook_edit · replaced cell a1b2c3 (code) in x.ipynb``, and
+    under it each cell's diff (``-`` before, ``+`` after), clipped head + tail."""
+    heads, bodies, texts = [], [], []
+    for change in changes:
+        head = (f"{change.get('action', 'changed')} cell {change.get('cell_id', '?')} ({change.get('cell_type', '?')}) "
+                f"in {change.get('path', 'the notebook')}")
+        if change.get("outputs_cleared"):
+            head += f"; {int(change['outputs_cleared']):,} output(s) cleared"
+        diff = head_tail(str(change.get("diff", "")), head_lines=8, tail_lines=8)
+        heads.append(head)
+        bodies.append(f"<div><b>{html.escape(head)}</b></div><pre style='margin:2px 0'>{_diff_html(diff)}</pre>")
+        texts.append(f"[ok] notebook_edit: {head}\n" + "\n".join(f"    {line}" for line in diff.splitlines()))
+    summary = f"<code>notebook_edit</code> · {html.escape('; '.join(heads))}"
+    body = (f"<details class='soba-tool soba-notebook-edit' data-soba-notebook-edit><summary>{summary}</summary>"
+            f"{''.join(bodies)}</details>")
+    return CellOutput(body, "\n".join(texts))
 
 
 def stopped_turn(outcome: str | None, ends: Sequence[Mapping[str, Any]] = ()) -> CellOutput:

@@ -175,6 +175,18 @@ class NotebookSession:
         if self.user_namespace is not None:
             handle.agent.engine.kernel_state = tracker_for(self.user_namespace, self.namespace_hidden).lines
         handle.agent.turn_note = self._turn_note
+        notebooks = handle.agent.tool_context.notebooks  # the notebook tools' "this notebook" and its runs
+        notebooks.kernel_notebook = self.notebook_path
+        notebooks.kernel_runs = self._kernel_runs
+
+    def notebook_path(self) -> str | None:
+        """The kernel's notebook as Jupyter Server told it (``__session__``, ``JPY_SESSION_NAME``), or None."""
+        named = self.user_namespace.get("__session__") if self.user_namespace is not None else None
+        return named if isinstance(named, str) and named else os.environ.get("JPY_SESSION_NAME") or None
+
+    def _kernel_runs(self) -> list[Any]:
+        """The kernel's runs for ``notebook_read``, or none when cell history is not shared."""
+        return self.cell_history.runs() if self.share_cell_history() else []
 
     def share_cell_history(self) -> bool:
         """``notebook.shareCellHistory``, or by default: on in a notebook, off in terminal IPython."""

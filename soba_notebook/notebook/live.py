@@ -128,7 +128,9 @@ class CellRenderer:
             self._begin(Activity("running", event.ts, name=str(event.get("name") or "")))
         elif kind == "tool_end":
             status = "cancelled" if event.get("cancelled") else ("error" if event.get("is_error") else "ok")
-            block = cellview.tool_block(str(event["name"]), status, str(event.get("content", "")))
+            changes = event.get("notebook") if status == "ok" else None
+            block = (cellview.notebook_edit_block(changes) if isinstance(changes, list) and changes
+                     else cellview.tool_block(str(event["name"]), status, str(event.get("content", ""))))
             if self.terminal:
                 self.activity = None
                 self._erase()

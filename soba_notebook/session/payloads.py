@@ -324,13 +324,15 @@ class ToolStartPayload(TypedDict):
 
 
 class ToolEndPayload(TypedDict):
-    """``tool_end``: a tool call ended (``content``: its result, scrubbed and clipped)."""
+    """``tool_end``: a tool call ended (``content``: its result, scrubbed and clipped; ``notebook``:
+    the cells a ``notebook_edit`` changed, each with its short diff, for the cell's display)."""
 
     call_id: str
     name: str
     is_error: bool
     cancelled: bool
     content: str
+    notebook: NotRequired[list[dict[str, Any]]]
 
 
 class ErrorPayload(TypedDict, total=False):
