@@ -26,6 +26,7 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 # silenced, by the start of its message. Every other warning and every error still shows.
 QUIET_EDITABLE="ignore:Editable installation"
 PYTHONWARNINGS="${PYTHONWARNINGS:+$PYTHONWARNINGS,}$QUIET_EDITABLE" .venv/bin/python -m pip install --quiet -e '.[test]'
+bash scripts/install-labextension.sh  # the live notebook channel's prebuilt JupyterLab extension
 if [ "$fast" = 0 ]; then
   bash scripts/install-browser.sh
   bash scripts/install-sandbox.sh

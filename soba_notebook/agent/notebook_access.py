@@ -70,6 +70,10 @@ class NotebookDocuments(Protocol):
 
     def apply(self, path: Path, edit: NotebookEdit, seen: ReadStamp | None) -> EditResult | None: ...
 
+    def fallback_note(self, path: Path) -> str | None:
+        """After a ``None``: why the file was used, once per reason (the tool result shows it)."""
+        ...
+
 
 @dataclass(slots=True)
 class NotebookAccess:

@@ -96,8 +96,11 @@ def read_notebook(ctx: ToolContext, path: str, own: bool, cell_ids: Sequence[str
     real = ws.resolve_in_workspace(ctx.workspace, path)
     notes: list[str] = []
     live = access.documents.read(real) if access.documents is not None else None
+    if live is None and access.documents is not None:
+        notes.extend(filter(None, [access.documents.fallback_note(real)]))
     if live is not None:
         shown, nb = ws.display_path(ctx.workspace, real), live
+        notes.append("(the notebook open in JupyterLab, unsaved changes included)")
         assign_ids(nb)
         stamp = _stamp(b"", 0, 0, nb, live=True)
     else:
@@ -163,7 +166,7 @@ def edit_notebook(ctx: ToolContext, path: str, edit: NotebookEdit) -> ToolResult
             return ToolResult(_edit_text(shown, live, ["(changed in the open notebook)"]),
                               data={**_facts(shown, live), "live": True})
     shown, raw, _ = ws.read_whole(ctx.workspace, path, "notebook_edit", missing_ok=True)
-    notes: list[str] = []
+    notes: list[str] = [] if access.documents is None else list(filter(None, [access.documents.fallback_note(real)]))
     if raw is None:
         if edit.action != "insert_after" or edit.cell_id is not None:
             raise ToolError(f"no such notebook: {shown}; notebook_edit creates one only with action insert_after "

@@ -515,8 +515,7 @@ class ToolRegistry:
 
 
 def default_tools(config: ToolsConfig) -> ToolRegistry:
-    """The built-in tools, without those the config disables (shell, write_file/edit_file, python),
-    plus ``variables`` (:mod:`.kernel_state`) and the notebook tools (:mod:`.notebook_tools`)."""
+    """The built-in tools the config enables, ``variables`` (:mod:`.kernel_state`) and the notebook tools."""
     from .kernel_state import VARIABLES_TOOL
     from .notebook_tools import notebook_aware, notebook_tools
 

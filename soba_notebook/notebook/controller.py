@@ -51,6 +51,7 @@ from .board import CellBoard
 from .cell_history import CellHistory, note_text
 from .display import CompactionSummary, Frontend, budget_line, detect_frontend, skip_text
 from .live import CellRenderer
+from .live_notebook import LiveNotebooks
 
 __all__ = ["OFFLINE_NOTICE", "NotebookSession"]
 
@@ -106,6 +107,7 @@ class NotebookSession:
         self._provider_notes_shown = 0
         self.cell_history = CellHistory()
         self._background_queues: set[int] = set()  # ids of the event queues of background turns
+        self.live_notebooks = LiveNotebooks()  # the notebook open in JupyterLab, through SOBA's extension
 
     # -- lifecycle ---------------------------------------------------------------------------
     def config(self) -> SobaConfig:
@@ -183,6 +185,7 @@ class NotebookSession:
         notebooks = handle.agent.tool_context.notebooks  # the notebook tools' "this notebook" and its runs
         notebooks.kernel_notebook = self.notebook_path
         notebooks.kernel_runs = self._kernel_runs
+        notebooks.documents = self.live_notebooks
 
     def notebook_path(self) -> str | None:
         """The kernel's notebook as Jupyter Server told it (``__session__``, ``JPY_SESSION_NAME``), or None."""
