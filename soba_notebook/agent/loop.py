@@ -45,6 +45,7 @@ from ..providers.base import (
     ToolSpec,
     arguments_error,
 )
+from ..relearn import relearn_calibration
 from ..scrub import Scrubber
 from ..session.entries import (
     Entry,
@@ -160,6 +161,9 @@ class Agent:
         self.turn_note: Callable[[], str | None] | None = None
         self._provider_prepared = False
         self._refresh_base_tokens()
+        if not self.counter.calibration.samples(self.counter.model):  # a reopened session: its usage
+            relearn_calibration(store, self.counter, base_tokens=self.engine.base_tokens,
+                                capsule_tokens=self.engine.capsule_tokens)
         self._request_context: tuple[int, str] = (0, "root")
 
     # -- set-up ------------------------------------------------------------------------------
