@@ -47,6 +47,7 @@ from ..errors import ConfigError
 from ..events import Event, EventBus
 from . import cellview
 from .board import CellBoard
+from .busy import busy_while_waiting
 from .cell_history import CellHistory, note_text
 from .display import CompactionSummary, Frontend, budget_line, detect_frontend, skip_text
 from .live import CellRenderer
@@ -273,15 +274,16 @@ class NotebookSession:
         renderer = CellRenderer(self.frontend)
         deadline = time.monotonic() + timeout if timeout else None
         try:
-            while not queued.future.done() or not events.empty():
-                try:
-                    event = events.get(timeout=0.05)
-                except queue.Empty:
-                    if deadline and time.monotonic() > deadline:
-                        raise TimeoutError(f"the turn did not finish within {timeout}s") from None
-                    renderer.tick()
-                    continue
-                renderer.handle(event)
+            with busy_while_waiting():  # Lab says Busy until the cell ends (notebook/busy.py)
+                while not queued.future.done() or not events.empty():
+                    try:
+                        event = events.get(timeout=0.05)
+                    except queue.Empty:
+                        if deadline and time.monotonic() > deadline:
+                            raise TimeoutError(f"the turn did not finish within {timeout}s") from None
+                        renderer.tick()
+                        continue
+                    renderer.handle(event)
         except KeyboardInterrupt:
             # this turn, not whatever job runs ahead of it (a queued turn is simply dropped)
             self.runtime.withdraw(queued, "interrupted from the kernel")
@@ -394,16 +396,17 @@ class NotebookSession:
         deadline = time.monotonic() + timeout if timeout else None
         renderer = CellRenderer(self.frontend)  # the job's compaction progress, in this cell
         try:
-            while True:
-                _drain(events, renderer)
-                try:
-                    return queued.future.result(timeout=0.05)
-                except concurrent.futures.TimeoutError:
-                    if deadline and time.monotonic() > deadline:
-                        raise TimeoutError(f"{label} did not finish within {timeout}s") from None
-                except concurrent.futures.CancelledError:
-                    print(f"{label} cancelled before it started; nothing was appended")
-                    return None
+            with busy_while_waiting():
+                while True:
+                    _drain(events, renderer)
+                    try:
+                        return queued.future.result(timeout=0.05)
+                    except concurrent.futures.TimeoutError:
+                        if deadline and time.monotonic() > deadline:
+                            raise TimeoutError(f"{label} did not finish within {timeout}s") from None
+                    except concurrent.futures.CancelledError:
+                        print(f"{label} cancelled before it started; nothing was appended")
+                        return None
         except KeyboardInterrupt:
             self.runtime.withdraw(queued, "interrupted from the kernel")
             if queued.future.cancelled():
