@@ -594,6 +594,6 @@ class CompactionEngine:
         return result
 
     def _budget_record(self, check: BudgetCheck, turn: TurnState) -> None:
-        self.publish(check, turn.inferences)
+        self.publish(check, self._inference + 1)  # the agent's nth inference, never the turn's (a widget point each)
         if self.flight is not None:
             self.flight.record("budget", {"inference": turn.inferences, **check.to_event()})
