@@ -20,22 +20,32 @@ session tokenizes its last replies' spans, not its history.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .session.entries import Entry
 from .session.payloads import capsule_data
 from .session.store import SessionStore
 from .tokens import REPLY_PRIMING, TokenCounter
 
-__all__ = ["RELEARN_REPLIES", "relearn_calibration"]
+__all__ = ["RELEARN_REPLIES", "Relearned", "relearn_calibration"]
 
 #: how many of the latest replies with reported usage are replayed (0.9 ** 32: under 4% weight left)
 RELEARN_REPLIES = 32
 
 
+@dataclass(frozen=True, slots=True)
+class Relearned:
+    """What the transcript taught: how many calibration samples were offered, and the anchor
+    (reported prompt, raw estimate of its request) of the latest reply with reported usage."""
+
+    samples: int
+    anchor: tuple[int, int] | None
+
+
 def relearn_calibration(store: SessionStore, counter: TokenCounter, *, base_tokens: int,
-                        capsule_tokens: Callable[[Entry], int], limit: int = RELEARN_REPLIES) -> int:
+                        capsule_tokens: Callable[[Entry], int], limit: int = RELEARN_REPLIES) -> Relearned:
     """Feed ``counter``'s calibration the samples of the last ``limit`` replies on ``store``'s
-    path that carry provider-reported usage; returns how many samples were offered.
+    path that carry provider-reported usage, and find the latest one's anchor.
 
     ``base_tokens`` is what every request carries besides history (system prompt and tool
     schemas, as counted now); ``capsule_tokens`` measures a capsule entry as model input.
@@ -50,27 +60,35 @@ def relearn_calibration(store: SessionStore, counter: TokenCounter, *, base_toke
         if entry.role == "assistant" and entry.usage is not None and entry.usage.reported:
             replies.append(low)
     if not replies:
-        return 0
-    # raw counts of the walked range: cum[i - low] is the tokens of path[low:i]
-    cum = [0]
-    for pos in range(low, len(path)):
-        cum.append(cum[-1] + counter.count_entry(get(path[pos])))
+        return Relearned(0, None)
     latest: dict[str, int] = {}  # context key -> position of its latest reply replayed so far
     offered = 0
     for pos in reversed(replies):  # oldest first, as the live agent saw them
         entry = get(path[pos])
-        key = entry.message.get("contextKey") or "root"
+        key = _key(entry)
         reported = entry.usage.prompt_tokens if entry.usage is not None else 0
-        sample = _span_sample(get(path[latest[key]]), cum[pos - low] - cum[latest[key] - low], reported) \
+        sample = _span_sample(get(path[latest[key]]), _raw(path, latest[key], pos, get, counter), reported) \
             if key in latest else None
-        if sample is None:
-            whole = _whole_request(path, low, pos, key, cum, get, base_tokens, capsule_tokens)
-            sample = (whole, reported) if whole is not None else None
         if sample is not None:
             counter.observe_usage(*sample)
             offered += 1
+        elif (whole := _request_raw(path, pos, get, counter, base_tokens, capsule_tokens, low)) is not None:
+            counter.observe_usage(whole, reported, whole=True)
+            offered += 1
         latest[key] = pos
-    return offered
+    newest = get(path[replies[0]])
+    at = _request_raw(path, replies[0], get, counter, base_tokens, capsule_tokens, 0)
+    anchor = (newest.usage.prompt_tokens, at) if newest.usage is not None and at is not None else None
+    return Relearned(offered, anchor)
+
+
+def _key(entry: Entry) -> str:
+    return entry.message.get("contextKey") or "root"
+
+
+def _raw(path: list[str], start: int, end: int, get: Callable[[str], Entry], counter: TokenCounter) -> int:
+    """Raw tokens of the entries at path positions ``start`` up to ``end`` (counts are cached)."""
+    return sum(counter.count_entry(get(path[i])) for i in range(start, end))
 
 
 def _span_sample(previous: Entry, span: int, reported: int) -> tuple[int, int] | None:
@@ -81,13 +99,12 @@ def _span_sample(previous: Entry, span: int, reported: int) -> tuple[int, int] |
     return (span, grown) if before > 0 and grown > 0 and span > 0 else None
 
 
-def _whole_request(path: list[str], low: int, pos: int, key: str, cum: list[int], get: Callable[[str], Entry],
-                   base_tokens: int, capsule_tokens: Callable[[Entry], int]) -> int | None:
+def _request_raw(path: list[str], pos: int, get: Callable[[str], Entry], counter: TokenCounter, base_tokens: int,
+                 capsule_tokens: Callable[[Entry], int], low: int) -> int | None:
     """The raw estimate of the whole request the reply at ``pos`` answered, or ``None`` when its
-    model input starts before the walked range (``low``) or its capsule is not on the path."""
+    model input starts before ``low`` or its capsule is not on the path."""
+    key = _key(get(path[pos]))
     if key == "root":
-        if low > 0:  # the session's first requests are older than the walked range
-            return None
         start, capsule_cost = 0, 0
     else:
         capsule_id = key.removeprefix("capsule:")
@@ -100,9 +117,10 @@ def _whole_request(path: list[str], low: int, pos: int, key: str, cum: list[int]
             start = capsule_at + 1  # the capsule keeps nothing verbatim
         else:
             try:
-                start = path.index(first_kept, low, capsule_at)
-            except ValueError:  # kept from before the walked range (or not on the path): no sample
+                start = path.index(first_kept, 0, capsule_at)
+            except ValueError:  # not on the path (a damaged transcript): no sample
                 return None
         capsule_cost = capsule_tokens(get(capsule_id))
-    return base_tokens + capsule_cost + cum[pos - low] - cum[start - low] + REPLY_PRIMING
-
+    if start < low:
+        return None
+    return base_tokens + capsule_cost + _raw(path, start, pos, get, counter) + REPLY_PRIMING

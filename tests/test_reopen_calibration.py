@@ -3,9 +3,9 @@
 The token calibration (the ratio of the provider's reported prompt sizes to SOBA's estimate) is
 learned in memory; right after a compaction the budget is an estimate through it. A fresh agent on
 the same session relearns it from the usage the transcript recorded (``soba_notebook/relearn.py``),
-so its figure and its last compaction are the old agent's. The loopback server counts prompts with
-its own tokenizer (a quarter of the request's JSON length), far from SOBA's, as a real server's
-differs.
+so its figure and its last compaction are the old agent's. The loopback server counts prompts its own
+way (a quarter of the messages' JSON, the tool schemas three times as verbosely), far from SOBA's
+tokenizer, as a real server's differs.
 """
 
 from __future__ import annotations
@@ -38,15 +38,22 @@ def _project(tmp_path: Path, base_url: str) -> Path:
     return project
 
 
+def _server_count(body: dict[str, Any]) -> int:
+    """The loopback server's prompt count: a quarter of the messages' JSON, and the tool schemas
+    rendered three times as verbosely (as llama-cpp-python's function-calling format renders them)."""
+    return len(json.dumps(body["messages"])) // 4 + 3 * (len(json.dumps(body.get("tools", []))) // 4)
+
+
 def _reader(path: str, body: dict[str, Any]) -> dict[str, Any]:
     """Reads notes.txt once per turn, then answers; a summary request gets a capsule."""
     if is_summary_request(body):
         return {"text": json.dumps({"goal": "read the notes", "nextSteps": ["answer questions about them"]})}
+    usage = {"prompt_tokens": _server_count(body)}
     last = body["messages"][-1]
     if last["role"] == "user":
         return {"tool_calls": [{"id": f"call_{len(body['messages'])}", "name": "read_file",
-                                "arguments": {"path": "notes.txt"}}]}
-    return {"text": "I read the notes."}
+                                "arguments": {"path": "notes.txt"}}], "usage": usage}
+    return {"text": "I read the notes.", "usage": usage}
 
 
 def _run(handle: AgentHandle, *prompts: str, compact: bool = False) -> Any:
@@ -99,11 +106,39 @@ def test_relearning_replays_each_reply_as_the_live_agent_took_it_whole_request_t
     store.append(assistant_message("again", usage=Usage(700, 10), context_key="root"))
     store.append(assistant_message("counted by SOBA", usage=Usage(900, 10, counted=True), context_key="root"))
 
-    assert relearn_calibration(store, counter, base_tokens=50, capsule_tokens=lambda e: 0) == 2
+    relearned = relearn_calibration(store, counter, base_tokens=50, capsule_tokens=lambda e: 0)
+    assert relearned.samples == 2
 
     expected = TokenCounter("gpt-4o-mini")
     # the first reply's whole request: base, the entries before it, the reply priming
-    expected.observe_usage(50 + sum(expected.count_entry(e) for e in head) + REPLY_PRIMING, 500)
+    expected.observe_usage(50 + sum(expected.count_entry(e) for e in head) + REPLY_PRIMING, 500, whole=True)
     # the next one: the span since the previous reply against the growth of the reported prompt
     expected.observe_usage(expected.count_entry(a) + expected.count_entry(result), 200)
     assert counter.calibration.ratio("gpt-4o-mini") == expected.calibration.ratio("gpt-4o-mini") != 1.0
+    # the anchor: the latest reported prompt and the raw estimate of the request it answered
+    assert relearned.anchor == (700, 50 + sum(expected.count_entry(e) for e in (*head, a, result)) + REPLY_PRIMING)
+
+
+def test_a_compactions_after_figure_is_the_servers_count_of_the_next_request_though_tools_count_differently(
+        tmp_path: Path, fake_server: FakeServer, monkeypatch: Any) -> None:
+    """The loopback server counts the tool schemas as a quarter of their JSON, unlike the messages:
+    a calibration learned on message spans, applied to the whole request, missed its count of the
+    request after a compaction; sized against the last reported prompt, it does not."""
+    monkeypatch.setenv("SOBA_TEST_KEY", "k" * 16)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    fake_server.handler = _reader
+    project = _project(tmp_path, fake_server.openai_base_url)
+    handle = open_agent(project)
+    done = _run(handle, "Read the notes", "Read them again", "And once more", compact=True)
+    assert done.outcome == "completed", done.reason
+    ratio = handle.agent.counter.calibration.ratio("gpt-4o-mini")
+    after_capsule = len(handle.store.path())
+    _run(handle, "Read the notes one last time")
+    handle.close()
+    appended = [e for e in handle.store.path()[after_capsule:] if e.is_model_input]
+    reply = next(e for e in appended if e.role == "assistant")
+    added = sum(handle.agent.counter.count_entry(e) for e in appended[:appended.index(reply)])
+    assert reply.usage is not None
+    expected = done.tokens_after + round(added * ratio)
+    error = abs(expected - reply.usage.prompt_tokens) / reply.usage.prompt_tokens
+    assert error <= 0.01, (done.tokens_after, added, reply.usage.prompt_tokens, error)

@@ -162,8 +162,9 @@ class Agent:
         self._provider_prepared = False
         self._refresh_base_tokens()
         if not self.counter.calibration.samples(self.counter.model):  # a reopened session: its usage
-            relearn_calibration(store, self.counter, base_tokens=self.engine.base_tokens,
-                                capsule_tokens=self.engine.capsule_tokens)
+            relearned = relearn_calibration(store, self.counter, base_tokens=self.engine.base_tokens,
+                                            capsule_tokens=self.engine.capsule_tokens)
+            self.engine.tracker.anchor = relearned.anchor
         self._request_context: tuple[int, str] = (0, "root")
 
     # -- set-up ------------------------------------------------------------------------------
