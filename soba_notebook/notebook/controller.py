@@ -264,8 +264,7 @@ class NotebookSession:
         if queued.position:
             print(f"queued: {queued.position} turn(s) ahead of this one; it runs when they finish")
         if background:
-            print(f"running in the background on session {handle.store.id}; `%soba status` to check, "
-                  f"`%soba stop` to cancel")
+            cellview.show(cellview.background_started(handle.store.id), self.frontend)
             # the result is the session's as soon as the turn ends (the future's callback runs before
             # the runtime reports idle), not when its cell has finished drawing it
             queued.future.add_done_callback(self._remember_result)
