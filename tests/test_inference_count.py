@@ -24,7 +24,7 @@ def test_two_one_reply_turns_are_two_inferences_in_the_budget_display(tmp_path: 
     fake_server.openai.enqueue(text="second answer")
     fake_server.openai.enqueue(tool_calls=[{"id": "c1", "name": "list_files", "arguments": {}}])
     fake_server.openai.enqueue(text="third answer, after a tool")
-    agent, _, events = make_agent(tmp_path, "openai", fake_server.openai_base_url)
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url)
     state = BudgetState()
     agent.bus.subscribe(state.apply)
 
