@@ -223,8 +223,10 @@ class Agent:
             return
         self._refresh_base_tokens()
         exact = await count(self._model_request(estimate=0))
-        if isinstance(exact, int) and exact > 0:
-            self.counter.observe_usage(self.engine.tracker.estimate_raw(), exact)
+        if isinstance(exact, int) and exact > 0:  # a whole request, counted as the server renders it
+            raw = self.engine.tracker.estimate_raw()
+            self.counter.observe_usage(raw, exact, whole=True)
+            self.engine.tracker.anchor = (exact, raw)
 
     def set_config(self, config: SobaConfig) -> None:
         """Apply a changed config (``%auto_compact off``) and record the change in the transcript."""
