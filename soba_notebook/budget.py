@@ -82,6 +82,10 @@ class BudgetTracker:
         self.base_tokens = base_tokens
         self.inputs = inputs if inputs is not None else ModelInputBuilder(store)
         self._capsule_tokens = capsule_tokens or (lambda e: counter.count_text(str(capsule_data(e).get("state", ""))))
+        #: (reported prompt, raw estimate of that request) of the latest reply with provider usage:
+        #: what an estimate of another request is sized against (see :meth:`sized`); it outlives a
+        #: change of context (a compaction, a rewind), since it measures what every request shares
+        self.anchor: tuple[int, int] | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -90,11 +94,13 @@ class BudgetTracker:
         self._seen = 0
         self._cum: list[int] = [0]
         self._capsule_id: str | None = None
+        self._past_capsule = True  # the entries counted next come after the capsule in force
         self._capsule_cost = 0
         self._usage: dict[str, int] = {}  # context key -> path position of its latest reply with usage
 
     def invalidate(self) -> None:
         """Forget everything (after a config change that alters counts)."""
+        self.anchor = None
         self._reset()
 
     @property
@@ -118,6 +124,7 @@ class BudgetTracker:
         cid = capsule.id if capsule is not None else None
         if cid != self._capsule_id:
             self._capsule_id = cid
+            self._past_capsule = cid is None  # the retained tail comes first, then the capsule
             self._capsule_cost = self._capsule_tokens(capsule) if capsule is not None else 0
         get = self.store.get
         count = self.counter.count_entry
@@ -125,10 +132,18 @@ class BudgetTracker:
         for pos in range(self._seen, len(path)):
             entry = get(path[pos])
             cum.append(cum[-1] + count(entry))
+            if entry.id == cid:
+                self._past_capsule = True
             if entry.role == "assistant" and entry.message.get("usage") is not None:
                 reply_usage = entry.usage
                 if reply_usage is not None and reply_usage.reported:  # a count of SOBA's own is no report
-                    usage[entry.message.get("contextKey") or "root"] = pos
+                    key = entry.message.get("contextKey") or "root"
+                    usage[key] = pos
+                    if key == inputs.key:  # it answered this model input up to itself
+                        self.anchor = (reply_usage.prompt_tokens, self.base_tokens + self._capsule_cost
+                                       + cum[pos - self._base] - cum[start - self._base] + REPLY_PRIMING)
+                    elif self._past_capsule:  # a reply after the capsule to another input (one appended
+                        self.anchor = None    # while it was in flight, a replayed session's usage)
         self._seen = len(path)
         return start
 
@@ -145,10 +160,28 @@ class BudgetTracker:
         start = self._catch_up()
         return self.base_tokens + self._capsule_cost + self._since(start) + REPLY_PRIMING
 
+    def sized(self, raw: int) -> int:
+        """The best estimate of a request whose raw (uncalibrated) estimate is ``raw``.
+
+        With an :attr:`anchor`, the reported prompt of the latest reply plus the calibrated
+        difference: the calibration is learned from spans of messages, and what every request
+        carries besides them (system prompt, tool schemas as the server renders them) may count
+        quite differently on the server; the anchor holds it as the server counted it. (On the
+        real-model tier a compaction's "after" figure was 6.9% under the server's next count
+        without it.) Without one, the calibrated estimate of the whole request.
+        """
+        if self.anchor is not None:
+            prompt, at = self.anchor
+            anchored = prompt + self.counter.calibrated(raw - at)
+            if anchored > 0:
+                return anchored
+        return self.counter.calibrated(raw)
+
     def check(self) -> BudgetCheck:
         start = self._catch_up()
-        estimate = self.counter.calibrated(self.estimate_raw())
-        effective = estimate
+        raw = self.estimate_raw()
+        estimate = self.counter.calibrated(raw)
+        effective = self.sized(raw)
         source: BudgetSource = "estimated"
         pos = self._usage_pos(start)
         if pos is not None and self._path is not None:  # _catch_up has set the path
@@ -179,7 +212,8 @@ class BudgetTracker:
         model input reported usage, the check is that usage plus the calibrated estimate of the
         entries appended since, so the sample is that span (its estimate against the growth of
         the reported prompt), exactly the span :func:`soba_notebook.views.estimator_report`
-        measures. Without one, the whole request (``estimated_prompt``) is the sample.
+        measures. Without one, the whole request (``estimated_prompt``) is the sample, a ``whole``
+        one: the ratio until the first span's (:class:`~soba_notebook.tokens.Calibration`).
         """
         start = self._catch_up()
         pos = self._usage_pos(start)
@@ -190,4 +224,4 @@ class BudgetTracker:
             if usage is not None and usage.prompt_tokens > 0 and grown > 0 and span > 0:
                 self.counter.observe_usage(span, grown)
                 return
-        self.counter.observe_usage(estimated_prompt, reported_prompt)
+        self.counter.observe_usage(estimated_prompt, reported_prompt, whole=True)

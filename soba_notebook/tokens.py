@@ -123,28 +123,42 @@ class Calibration:
     change of model behaviour. Totals, not an average of per-observation ratios: a small span's
     noisy ratio must not weigh as much as a large one (on pi-mono's real Claude usage, averaging
     ratios overestimated the whole by 9 %; the totals come within 2 %).
+
+    A ``whole`` sample is a whole request: system prompt and tool schemas included, which a server
+    may render and count quite unlike messages (llama-cpp-python's function-calling format). It
+    sets the ratio only until the first sample of messages alone (the span between two replies),
+    and never mixes with those: the budget applies the ratio to messages, sized against the last
+    reported prompt (:meth:`soba_notebook.budget.BudgetTracker.sized`).
     """
 
     def __init__(self, decay: float = 0.9) -> None:
         self.decay = decay
         self._estimated: dict[str, float] = {}
         self._reported: dict[str, float] = {}
+        self._whole: dict[str, tuple[float, float]] = {}  # model -> (estimated, reported) of whole requests
         self._samples: dict[str, int] = {}
 
-    def observe(self, model: str, estimated: int, reported: int) -> None:
+    def observe(self, model: str, estimated: int, reported: int, *, whole: bool = False) -> None:
         if estimated <= 0 or reported <= 0:
             return
         sample = reported / estimated
         if not 0.2 <= sample <= 5.0:  # a mismatch this large is a measurement error, not a tokenizer
             return
         d = self.decay
-        self._estimated[model] = self._estimated.get(model, 0.0) * d + estimated
-        self._reported[model] = self._reported.get(model, 0.0) * d + reported
+        if whole:
+            est, rep = self._whole.get(model, (0.0, 0.0))
+            self._whole[model] = (est * d + estimated, rep * d + reported)
+        else:
+            self._estimated[model] = self._estimated.get(model, 0.0) * d + estimated
+            self._reported[model] = self._reported.get(model, 0.0) * d + reported
         self._samples[model] = self._samples.get(model, 0) + 1
 
     def ratio(self, model: str) -> float:
         estimated = self._estimated.get(model)
-        return self._reported[model] / estimated if estimated else 1.0
+        if estimated:
+            return self._reported[model] / estimated
+        est, rep = self._whole.get(model, (0.0, 0.0))
+        return rep / est if est else 1.0
 
     def samples(self, model: str) -> int:
         return self._samples.get(model, 0)
@@ -153,7 +167,7 @@ class Calibration:
         return round(estimated * self.ratio(model))
 
     def to_json(self) -> dict[str, Any]:
-        return {"ratio": {m: self.ratio(m) for m in self._estimated}, "samples": dict(self._samples)}
+        return {"ratio": {m: self.ratio(m) for m in {**self._whole, **self._estimated}}, "samples": dict(self._samples)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,5 +295,5 @@ class TokenCounter:
     def calibrated(self, estimated: int) -> int:
         return self.calibration.apply(self.model, estimated)
 
-    def observe_usage(self, estimated: int, reported: int) -> None:
-        self.calibration.observe(self.model, estimated, reported)
+    def observe_usage(self, estimated: int, reported: int, *, whole: bool = False) -> None:
+        self.calibration.observe(self.model, estimated, reported, whole=whole)

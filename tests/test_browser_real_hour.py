@@ -71,6 +71,20 @@ _INSPECTOR = """
 """
 
 
+# How code cell ``index`` shows the "running in the background" line: its element's computed
+# wrapping, and whether it sits in a <pre> (a stream output: monospace, ``word-break: break-all``).
+_BACKGROUND_LINE = f"""
+(index) => {{
+  const out = {_CELLS}[index].querySelector('.jp-OutputArea');
+  const el = out.querySelector('.soba-background');
+  if (!el) return null;
+  const style = getComputedStyle(el);
+  return {{text: el.textContent, inPre: Boolean(el.closest('pre')), wordBreak: style.wordBreak,
+           whiteSpace: style.whiteSpace, font: style.fontFamily}};
+}}
+"""
+
+
 def _write_notebook(path: Path, *sources: str) -> Path:
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell(source) for source in sources]
@@ -185,6 +199,7 @@ def test_a_background_cell_keeps_its_own_tool_blocks_and_summary_and_the_queued_
         _wait_cell(notebook, 3, "After this turn")
         _wait_cell(notebook, 2, "After this turn")
         first, second = _cell(notebook, 2), _cell(notebook, 3)
+        background_line = notebook.page.evaluate(_BACKGROUND_LINE, 2)
         _shoot_cell(notebook, 2, "real_hour_background_cell.png")
         _shoot_cell(notebook, 3, "real_hour_queued_cell.png")
     (ARTIFACTS / "real_hour_background.txt").write_text(json.dumps([first, second], indent=1, ensure_ascii=False))
@@ -197,6 +212,9 @@ def test_a_background_cell_keeps_its_own_tool_blocks_and_summary_and_the_queued_
     assert "running in the background" in first["text"] and "running in the background" not in second["text"]
     assert re.search(r"queued: 1 turn\(s\) ahead", second["text"]), "the second cell did wait for the first turn"
     assert "queued" not in first["text"]
+    # the background line wraps between words in the UI font, never mid-word in a monospace stream box
+    assert background_line is not None, "the line is the styled soba-background element"
+    assert background_line["inPre"] is False and background_line["wordBreak"] == "normal", background_line
     for shown in (first, second):
         assert shown["errors"] == 0 and shown["stderr"] == [], shown
 

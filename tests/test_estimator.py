@@ -143,9 +143,9 @@ class _Recording(Calibration):
         super().__init__()
         self.samples: list[tuple[int, int]] = []
 
-    def observe(self, model: str, estimated: int, reported: int) -> None:
+    def observe(self, model: str, estimated: int, reported: int, *, whole: bool = False) -> None:
         self.samples.append((estimated, reported))
-        super().observe(model, estimated, reported)
+        super().observe(model, estimated, reported, whole=whole)
 
 
 def test_live_check_and_report_learn_from_the_same_spans(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ from ..providers.base import (
     ToolSpec,
     arguments_error,
 )
+from ..relearn import relearn_calibration
 from ..scrub import Scrubber
 from ..session.entries import (
     Entry,
@@ -165,6 +166,10 @@ class Agent:
         self.turn_note: Callable[[], str | None] | None = None
         self._provider_prepared = False
         self._refresh_base_tokens()
+        if not self.counter.calibration.samples(self.counter.model):  # a reopened session: its usage
+            relearned = relearn_calibration(store, self.counter, base_tokens=self.engine.base_tokens,
+                                            capsule_tokens=self.engine.capsule_tokens)
+            self.engine.tracker.anchor = relearned.anchor
         self._request_context: tuple[int, str] = (0, "root")
         #: what the server renders, learned from its replies (agent/rendering.py)
         self._rendering = RenderingLearner(self.counter)
@@ -234,8 +239,10 @@ class Agent:
             return
         self._refresh_base_tokens()
         exact = await count(self._model_request(estimate=0))
-        if isinstance(exact, int) and exact > 0:
-            self.counter.observe_usage(self.engine.tracker.estimate_raw(), exact)
+        if isinstance(exact, int) and exact > 0:  # a whole request, counted as the server renders it
+            raw = self.engine.tracker.estimate_raw()
+            self.counter.observe_usage(raw, exact, whole=True)
+            self.engine.tracker.anchor = (exact, raw)
 
     def _fit_summaries(self) -> None:
         """Summary requests fit the summary provider's server, not only the config (issue 22)."""

@@ -404,7 +404,7 @@ class CompactionEngine:
         if roi.passed and self.predictor is not None:
             model = self.summarizer is not None
             cost = self._rendered_tokens(baseline, "ok" if model else "degraded")
-            predicted = self.counter.calibrated(self.base_tokens + self.predictor.capsule_tokens(cost, model=model)
+            predicted = self.tracker.sized(self.base_tokens + self.predictor.capsule_tokens(cost, model=model)
                                                 + self._tail_tokens(plan) + REPLY_PRIMING)
             self._attempts[plan.operation_id] = SummaryAttempt(predicted_after=predicted,
                                                                factor=self.predictor.factor if model else 1.0)
@@ -551,7 +551,7 @@ class CompactionEngine:
     def _measure_after(self, plan: CompactionPlan, capsule: Capsule, quality: Quality,
                        checkpoint_id: str = "ck_0000000000") -> int:
         """Exact size of the continuation: base + rendered capsule + retained tail."""
-        return self.counter.calibrated(self.base_tokens + self._rendered_tokens(capsule, quality, checkpoint_id)
+        return self.tracker.sized(self.base_tokens + self._rendered_tokens(capsule, quality, checkpoint_id)
                                        + self._tail_tokens(plan) + REPLY_PRIMING)
 
     def _rendered_tokens(self, capsule: Capsule, quality: Quality, checkpoint_id: str = "ck_0000000000") -> int:
@@ -595,6 +595,6 @@ class CompactionEngine:
         return result
 
     def _budget_record(self, check: BudgetCheck, turn: TurnState) -> None:
-        self.publish(check, turn.inferences)
+        self.publish(check, self._inference + 1)  # the agent's nth inference, never the turn's (a widget point each)
         if self.flight is not None:
             self.flight.record("budget", {"inference": turn.inferences, **check.to_event()})

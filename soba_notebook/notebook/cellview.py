@@ -5,6 +5,7 @@ Owns the static, per-cell pieces of the notebook UI, as pure functions that retu
 
 * :func:`activity` — the one live line of a running cell (``waiting for gpt-4o-mini · 12 s``),
   dim, updated in place by :mod:`~soba_notebook.notebook.live`;
+* :func:`background_started` — the line a background cell returns with, wrapping between words;
 * :func:`note` — a styled informational note (the offline-model notice): a normal note in the
   notebook's colours, never a red stderr box;
 * :func:`tool_block` — one tool call's result, collapsed, with its last line (a shell's
@@ -31,7 +32,8 @@ from typing import Any
 from ..textclip import head_tail, last_line
 from .display import CompactionSummary, format_tokens, skip_text
 
-__all__ = ["CellOutput", "activity", "cell_summary", "note", "notebook_edit_block", "offline_notice", "show",
+__all__ = ["CellOutput", "activity", "background_started", "cell_summary", "note", "notebook_edit_block",
+           "offline_notice", "show",
            "status_lines", "stopped_turn", "tool_block"]
 
 _NOTE_STYLE = ("margin:4px 0;padding:6px 10px;border-left:3px solid var(--jp-info-color1,#0288d1);"
@@ -75,6 +77,20 @@ def note(text: str, *, title: str = "Note") -> CellOutput:
 def activity(text: str) -> CellOutput:
     """The running cell's live line (``class="soba-activity"``): dim, one line, no box."""
     body = f"<div class='soba-activity' data-soba-activity style='{_DIM_STYLE};margin:2px 0'>{html.escape(text)}</div>"
+    return CellOutput(body, text)
+
+
+def background_started(session_id: str) -> CellOutput:
+    """What a ``%soba --background`` cell says as it returns (``class="soba-background"``): in the
+    UI font, wrapping between words. Printed, it went to a stream output, which JupyterLab renders
+    monospace with ``word-break: break-all`` and cut words in two at the cell's edge."""
+    text = (f"running in the background on session {session_id}; `%soba status` to check, "
+            "`%soba stop` to cancel")
+    code = "<code style='white-space:nowrap'>{}</code>".format
+    body = (f"<div class='soba-background' data-soba-background style='{_DIM_STYLE};margin:2px 0;"
+            "font-family:var(--jp-ui-font-family,system-ui,sans-serif);word-break:normal;overflow-wrap:anywhere'>"
+            f"running in the background on session {code(html.escape(session_id))}; {code('%soba status')} to "
+            f"check, {code('%soba stop')} to cancel</div>")
     return CellOutput(body, text)
 
 

@@ -48,6 +48,7 @@ from ..events import Event, EventBus
 from . import cellview
 from .approvals import APPROVAL_EVENT, ApprovalSlot, NotebookApprover
 from .board import CellBoard
+from .busy import busy_while_waiting
 from .cell_history import CellHistory, note_text
 from .display import CompactionSummary, Frontend, budget_line, detect_frontend, skip_text
 from .live import CellRenderer
@@ -283,8 +284,7 @@ class NotebookSession:
         if queued.position:
             print(f"queued: {queued.position} turn(s) ahead of this one; it runs when they finish")
         if background:
-            print(f"running in the background on session {handle.store.id}; `%soba status` to check, "
-                  f"`%soba stop` to cancel")
+            cellview.show(cellview.background_started(handle.store.id), self.frontend)
             # the result is the session's as soon as the turn ends (the future's callback runs before
             # the runtime reports idle), not when its cell has finished drawing it
             queued.future.add_done_callback(self._remember_result)
@@ -295,15 +295,16 @@ class NotebookSession:
         renderer = CellRenderer(self.frontend)
         deadline = time.monotonic() + timeout if timeout else None
         try:
-            while not queued.future.done() or not events.empty():
-                try:
-                    event = events.get(timeout=0.05)
-                except queue.Empty:
-                    if deadline and time.monotonic() > deadline:
-                        raise TimeoutError(f"the turn did not finish within {timeout}s") from None
-                    renderer.tick()
-                    continue
-                _render(event, renderer)
+            with busy_while_waiting():  # Lab says Busy until the cell ends (notebook/busy.py)
+                while not queued.future.done() or not events.empty():
+                    try:
+                        event = events.get(timeout=0.05)
+                    except queue.Empty:
+                        if deadline and time.monotonic() > deadline:
+                            raise TimeoutError(f"the turn did not finish within {timeout}s") from None
+                        renderer.tick()
+                        continue
+                    _render(event, renderer)
         except KeyboardInterrupt:
             # this turn, not whatever job runs ahead of it (a queued turn is simply dropped)
             self.runtime.withdraw(queued, "interrupted from the kernel")
@@ -419,16 +420,17 @@ class NotebookSession:
         deadline = time.monotonic() + timeout if timeout else None
         renderer = CellRenderer(self.frontend)  # the job's compaction progress, in this cell
         try:
-            while True:
-                _drain(events, renderer)
-                try:
-                    return queued.future.result(timeout=0.05)
-                except concurrent.futures.TimeoutError:
-                    if deadline and time.monotonic() > deadline:
-                        raise TimeoutError(f"{label} did not finish within {timeout}s") from None
-                except concurrent.futures.CancelledError:
-                    print(f"{label} cancelled before it started; nothing was appended")
-                    return None
+            with busy_while_waiting():
+                while True:
+                    _drain(events, renderer)
+                    try:
+                        return queued.future.result(timeout=0.05)
+                    except concurrent.futures.TimeoutError:
+                        if deadline and time.monotonic() > deadline:
+                            raise TimeoutError(f"{label} did not finish within {timeout}s") from None
+                    except concurrent.futures.CancelledError:
+                        print(f"{label} cancelled before it started; nothing was appended")
+                        return None
         except KeyboardInterrupt:
             self.runtime.withdraw(queued, "interrupted from the kernel")
             if queued.future.cancelled():

@@ -242,7 +242,8 @@ class BudgetFields(TypedDict):
 
 
 class BudgetPayload(BudgetFields):
-    """``budget``: before every inference (``inference``: its number in the turn, 0 when shown idle),
+    """``budget``: before every inference (``inference``: its number among the agent's inferences,
+    1 for the first, 0 before any; a later event with the same number re-measures that inference),
     after every compaction, and when a display asks while no turn runs. The engine's published
     snapshot (``compaction/snapshot.py``) adds the last compaction that did something and a
     skipped one after it, so every display shows the same lines as ``%soba status``."""
