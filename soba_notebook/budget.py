@@ -96,6 +96,7 @@ class BudgetTracker:
     def invalidate(self) -> None:
         """Forget everything (after a config change that alters counts)."""
         self._reset()
+        self.inputs.invalidate_counts()
 
     @property
     def context_key(self) -> str:

@@ -63,11 +63,12 @@ from .extract import deterministic_capsule
 from .grounding import ground_plan_summary
 from .kernel_section import KernelStateProvider, kernel_state_field, with_kernel_state
 from .outcome import OUTCOMES, CompactionOutcome
-from .planner import CompactionPlan, find_cut_point
+from .planner import CompactionPlan
 from .predict import SavingsPredictor, SummaryAttempt
 from .progress import Phase, wait_with_progress
 from .snapshot import BudgetSnapshot, SnapshotBox, compaction_of_capsule
 from .summarize import Summarizer, SummaryRequest, summary_input_tokens
+from .tail_cut import tail_cut_point
 from .triggers import (
     EXEMPT_FROM_SOFT_ROI,
     MANDATORY,
@@ -102,7 +103,7 @@ class CompactionEngine:
         self._capsule_cost: dict[str, int] = {}
         self._capsule_msg: tuple[str | None, dict[str, Any]] | None = None
         #: the model input of the leaf, maintained as entries are appended (never a whole-path walk)
-        self.inputs = ModelInputBuilder(store)
+        self.inputs = ModelInputBuilder(store, count=lambda e: self.counter.count_entry(e))
         self.tracker = BudgetTracker(store, counter, context_window=config.model.context_window,
                                      hard=config.hard_limit, soft=config.soft_limit, base_tokens=base_tokens,
                                      capsule_tokens=self.capsule_tokens, inputs=self.inputs)
@@ -266,14 +267,15 @@ class CompactionEngine:
     def plan(self, trigger: Trigger, check: BudgetCheck, *, instructions: str | None = None,
              max_tail_tokens: int | None = None) -> CompactionPlan | str:
         """The plan for compacting now, or the reason there is nothing safe to compact."""
-        entries, capsule_entry = self.inputs.context_slice()
-        tokens = [self.counter.count_entry(e) for e in entries]
+        inputs = self.inputs  # O(tail): counts and tool-call index are kept with the model input
+        entries, capsule_entry, cum = inputs.context_entries(), inputs.capsule, inputs.cumulative_tokens()
         keep = self.config.compaction.keep_recent_tokens
         if max_tail_tokens is None and trigger in MANDATORY:
             max_tail_tokens = self._max_tail(check)
-        cut = find_cut_point(entries, tokens, keep, max_tail_tokens=max_tail_tokens)
+        cut = tail_cut_point(entries, cum, inputs.tool_index, keep, max_tail_tokens=max_tail_tokens)
+        total = cum[len(entries)]
         if cut is None:
-            return (f"nothing old enough to compact yet: {sum(tokens):,} tokens of history, "
+            return (f"nothing old enough to compact yet: {total:,} tokens of history, "
                     f"{keep:,} kept verbatim (keepRecentTokens)")
         previous = capsule_of(capsule_entry) if capsule_entry is not None else None
         return CompactionPlan(
@@ -281,7 +283,7 @@ class CompactionEngine:
             tokens_before=check.effective, source=check.source, hard_limit=check.hard_limit,
             soft_limit=check.soft_limit, keep_recent_tokens=keep, summarize=tuple(entries[:cut]),
             first_kept_entry_id=entries[cut].id if cut < len(entries) else None,
-            kept_tokens=sum(tokens[cut:]), summarized_tokens=sum(tokens[:cut]), previous_capsule=previous,
+            kept_tokens=total - cum[cut], summarized_tokens=cum[cut], previous_capsule=previous,
             previous_checkpoint_id=capsule_data(capsule_entry).get("checkpointId") if capsule_entry else None,
             instructions=instructions)
 
@@ -562,9 +564,8 @@ class CompactionEngine:
         """Tokens of the entries ``plan`` keeps verbatim, as they are now."""
         if plan.first_kept_entry_id is None:
             return 0
-        entries, _ = self.inputs.context_slice()
-        start = self.inputs.position_in_context(plan.first_kept_entry_id)
-        return sum(self.counter.count_entry(e) for e in entries[start:]) if start is not None else 0
+        start, cum = self.inputs.position_in_context(plan.first_kept_entry_id), self.inputs.cumulative_tokens()
+        return cum[-1] - cum[start] if start is not None else 0
 
     # -- reporting ---------------------------------------------------------------------------
     def _finish(self, operation_id: str, trigger: Trigger, outcome: Outcome, reason: str | None,
