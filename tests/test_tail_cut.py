@@ -107,15 +107,20 @@ def test_tail_cut_point_equals_the_whole_context_cut_point_over_any_interleaving
     _assert_same_cuts(entries, tokens, _index(entries))
 
 
-def test_ids_out_of_order_make_the_index_fall_back_to_the_whole_context() -> None:
-    entries = [user_message("go"), tool_result("a", "read_file", "early"),
-               assistant_message("", [ToolCall("a", "read_file", {})]), user_message("then")]
-    assert _index(entries).disordered
-    twice = [user_message("go"), assistant_message("", [ToolCall("a", "f", {})]), tool_result("a", "f", "x"),
-             assistant_message("", [ToolCall("a", "f", {})]), user_message("then")]
-    assert _index(twice).disordered
-    plain = [user_message("go"), assistant_message("", [ToolCall("a", "f", {})]), tool_result("a", "f", "x")]
-    assert not _index(plain).disordered
+def test_ids_called_again_and_results_before_their_call_are_read_from_the_tail() -> None:
+    """Servers that number calls afresh in every reply repeat ids; a merged file may put a result
+    first. The open calls at a window start still come from the index, no whole walk needed."""
+    again = [user_message("go"), assistant_message("", [ToolCall("call_0", "f", {})]), tool_result("call_0", "f", "x"),
+             user_message("more"), assistant_message("", [ToolCall("call_0", "f", {})]), user_message("typed"),
+             tool_result("call_0", "f", "y"), assistant_message("done")]
+    index = _index(again)
+    assert index.open_at(5) == {"call_0"} and index.open_at(3) == set()
+    early = [user_message("go"), tool_result("a", "f", "early"), assistant_message("", [ToolCall("a", "f", {})]),
+             user_message("then"), assistant_message("ok")]
+    index = _index(early)
+    assert index.open_at(3) == {"a"} and index.stuck == {"a": 2}  # open to the end: no result follows the call
+    for entries in (again, early):
+        _assert_same_cuts(entries, [10] * len(entries), _index(entries))
 
 
 def _builder_cuts_match(builder: ModelInputBuilder, store: SessionStore) -> None:
@@ -195,13 +200,14 @@ class _CountingView(Sequence[Entry]):
         return got
 
 
-def test_the_tail_cut_reads_the_kept_tail_not_the_history() -> None:
-    turn = [user_message("next step"), assistant_message("", [ToolCall("x", "read_file", {})]),
-            tool_result("x", "read_file", "y"), assistant_message("done")]
+@pytest.mark.parametrize("call_id", ["c{}", "call_0"], ids=["distinct ids", "every reply's id call_0"])
+def test_the_tail_cut_reads_the_kept_tail_not_the_history(call_id: str) -> None:
+    turn = [user_message("next step"), assistant_message("done")]
     entries: list[Entry] = []
-    for t in range(5_000):  # 20,000 entries, each turn's call id its own
-        entries += [turn[0], assistant_message("", [ToolCall(f"c{t}", "read_file", {})]),
-                    tool_result(f"c{t}", "read_file", "y"), turn[3]]
+    for t in range(5_000):  # 20,000 entries
+        cid = call_id.format(t)
+        entries += [turn[0], assistant_message("", [ToolCall(cid, "read_file", {})]),
+                    tool_result(cid, "read_file", "y"), turn[1]]
     tokens = [10] * len(entries)
     index = _index(entries)
     view = _CountingView(entries)

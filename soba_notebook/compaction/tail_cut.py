@@ -8,18 +8,17 @@ wanted, in a state known exactly without reading what lies before it:
 
 * calls left without any result stop holding a cut back at the next user message (the rule of
   :func:`~.planner.valid_boundaries`), so at a user message none of them is pending;
-* the calls still waiting for a result at ``W`` are those made before ``W`` whose first result is
-  at ``W`` or later; the :class:`~soba_notebook.session.tool_index.ToolCallIndex` the model-input
-  builder keeps lists them from the results after ``W`` (:meth:`ToolCallIndex.open_at`).
+* the calls still waiting for a result at ``W`` are read off the
+  :class:`~soba_notebook.session.tool_index.ToolCallIndex` the model-input builder keeps, from
+  the results at ``W`` and after (:meth:`ToolCallIndex.open_at`).
 
 From there the walk is the reference's own loop. When no valid boundary lies between ``W`` and
 the cut wanted (a result arrived after a user message, two writers), the window doubles back to
-an earlier user message, down to the whole context. When the index saw call ids out of order
-(an id called twice, a result before its call) the whole context is walked by the reference.
-Token counts come as running totals (``cum[i]``: tokens before entry ``i``) kept with the model
-input, so no entry is counted or summed again here. The rule is exactly as strict: a property
-test holds this function equal to the reference over random interleavings, two writers and
-imported transcripts.
+an earlier user message, down to the whole context. Token counts come as running totals
+(``cum[i]``: tokens before entry ``i``) kept with the model input, so no entry is counted or
+summed again here. The rule is exactly as strict: a property test holds this function equal to
+the reference over random interleavings (ids repeated, results before their calls), two writers
+and imported transcripts.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from collections.abc import Sequence
 
 from ..session.entries import Entry
 from ..session.tool_index import ToolCallIndex
-from .planner import find_cut_point
 
 __all__ = ["tail_cut_point"]
 
@@ -61,9 +59,6 @@ def tail_cut_point(entries: Sequence[Entry], cum: Sequence[int], index: ToolCall
     """What ``find_cut_point(entries, tokens, keep_recent_tokens, max_tail_tokens=...)`` returns,
     ``tokens[i]`` being ``cum[i + 1] - cum[i]`` (counts are never negative), reading the tail only."""
     n = len(entries)
-    if index.disordered:
-        return find_cut_point(entries, [cum[i + 1] - cum[i] for i in range(n)], keep_recent_tokens,
-                              max_tail_tokens=max_tail_tokens)
     total = cum[n]
     # the last boundary whose tail holds keep_recent_tokens: suffix(i) = total - cum[i] >= keep
     want = min(bisect_right(cum, total - keep_recent_tokens, 0, n + 1) - 1, n - 1)

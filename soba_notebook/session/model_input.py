@@ -63,6 +63,7 @@ class ModelInputBuilder:
         self._count = count
         self._cum: list[int] = [0]  # _cum[i]: tokens of context[:i], for the first len(_cum) - 1 entries
         self._index = ToolCallIndex()
+        self._indexed = 0  # context entries the index has seen: it catches up when asked, like _cum
         #: how often the builder started over (leaf moves, new capsules); a test and a bench read it
         self.rebuilds = 0
         self._path: list[str] | None = None
@@ -86,9 +87,8 @@ class ModelInputBuilder:
         if any(e.type == "capsule" for e in new):
             self._rebuild(path)
             return
-        context, messages, add = self._context, self._messages, self._index.add
+        context, messages = self._context, self._messages
         for entry in new:
-            add(len(context), entry)
             context.append(entry)
             if entry.is_model_input:
                 messages.append(entry)
@@ -103,9 +103,7 @@ class ModelInputBuilder:
         self._path, self._seen, self._start, self._capsule = path, len(path), start, capsule
         self._context = context
         self._messages = [e for e in context if e.is_model_input]
-        self._index = index = ToolCallIndex()
-        for i, e in enumerate(context):
-            index.add(i, e)
+        self._index, self._indexed = ToolCallIndex(), 0
         self._cum = [0]
 
     # -- answers -----------------------------------------------------------------------------
@@ -149,9 +147,14 @@ class ModelInputBuilder:
 
     @property
     def tool_index(self) -> ToolCallIndex:
-        """The tool calls of :meth:`context_entries`, by position (read only)."""
+        """The tool calls of :meth:`context_entries`, by position (read only); indexes only the
+        entries that arrived since the last call."""
         self._catch_up()
-        return self._index
+        index, context = self._index, self._context
+        for pos in range(self._indexed, len(context)):
+            index.add(pos, context[pos])
+        self._indexed = len(context)
+        return index
 
     def cumulative_tokens(self) -> Sequence[int]:
         """``t[i]`` = tokens of the first ``i`` context entries (``len(context) + 1`` items, read
