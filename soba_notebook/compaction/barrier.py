@@ -147,10 +147,12 @@ class CompactionEngine:
         self.tracker.context_window = config.model.context_window
 
     def capsule_tokens(self, entry: Entry) -> int:
-        key = entry.id or ""
-        if key not in self._capsule_cost:
-            self._capsule_cost[key] = self.counter.count_message(capsule_message(entry))
-        return self._capsule_cost[key]
+        costs, key = self._capsule_cost, entry.id or ""
+        if key not in costs:  # one capsule is in force at a time: kept small, a long session never grows it
+            if len(costs) >= 8:
+                costs.clear()
+            costs[key] = self.counter.count_message(capsule_message(entry))
+        return costs[key]
 
     # -- measurement -------------------------------------------------------------------------
     def measure(self) -> BudgetCheck:
@@ -272,8 +274,7 @@ class CompactionEngine:
         keep = self.config.compaction.keep_recent_tokens
         if max_tail_tokens is None and trigger in MANDATORY:
             max_tail_tokens = self._max_tail(check)
-        cut = tail_cut_point(entries, cum, inputs.tool_index, keep, max_tail_tokens=max_tail_tokens)
-        total = cum[len(entries)]
+        cut, total = tail_cut_point(entries, cum, inputs.tool_index, keep, max_tail_tokens=max_tail_tokens), cum[-1]
         if cut is None:
             return (f"nothing old enough to compact yet: {total:,} tokens of history, "
                     f"{keep:,} kept verbatim (keepRecentTokens)")
@@ -314,8 +315,7 @@ class CompactionEngine:
         return Capsule.from_json(self.scrub(capsule.to_json()), where="scrubbed capsule"), quality, self.scrub(note)
 
     def _max_tail(self, check: BudgetCheck) -> int:
-        # Leave room for the capsule itself: a quarter of the hard limit, at most 8k tokens.
-        reserve = min(8_000, check.hard_limit // 4)
+        reserve = min(8_000, check.hard_limit // 4)  # room for the capsule: a quarter of the hard limit, at most 8k
         return max(0, check.hard_limit - self.base_tokens - reserve - REPLY_PRIMING)
 
     async def run(self, trigger: Trigger, *, cancel: CancelToken | None = None, check: BudgetCheck | None = None,
