@@ -114,6 +114,7 @@ class SoakResult:
     hard_limit: int = 0
     failed_turns: int = 0
     session_entries: int = 0
+    session_bytes: int = 0  # size of the session file at the end
     largest_model_input: int = 0  # entries in the model input, the most at any turn end
     counts_kept: int = 0  # running token totals the model input holds at the end
     tracker_counts: int = 0  # the budget tracker's running totals at the end
@@ -153,7 +154,7 @@ def soak(directory: Path, turns: int, *, warmup: int = 100, config: Mapping[str,
                 progress(turn, result)
         result.compactions = sum(1 for e in handle.store.entries() if e.type == "capsule")
         result.requests, result.oversized, result.largest_request = model.requests, model.oversized, model.largest
-        result.session_entries = len(handle.store)
+        result.session_entries, result.session_bytes = len(handle.store), handle.store.file.stat().st_size
         result.counts_kept = len(agent.engine.inputs.cumulative_tokens())
         result.tracker_counts, result.capsule_costs = len(agent.engine.tracker._cum), len(agent.engine._capsule_cost)
     finally:
@@ -193,6 +194,10 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"peak {max(r.rss_kib) / 1024:,.1f} MiB")
     print(f"agent requests over the hard limit ({r.hard_limit:,}): {r.oversized:,} of {r.requests:,}; largest "
           f"{r.largest_request:,} tokens")
+    grown = len(r.seconds) - r.warmup
+    print(f"VmRSS growth a turn after warm-up {(rss_end - rss_start) / grown:,.1f} KiB; the session file grows "
+          f"{r.session_bytes / len(r.seconds) / 1024:,.1f} KiB a turn ({r.session_bytes / 2**20:,.1f} MiB in all): "
+          f"SessionStore keeps every entry in memory")
     print(f"session: {r.session_entries:,} entries; model input at most {r.largest_model_input:,} entries; "
           f"running token totals at the end: {r.counts_kept:,} with the model input, "
           f"{r.tracker_counts:,} in the budget tracker; rendered capsule sizes kept: {r.capsule_costs:,}")

@@ -497,11 +497,14 @@ class Agent:
                         cancelled_note: str = "cancelled before it ran") -> None:
         """Give every tool call of this turn that has no result a recorded result: cancelled (saying
         ``cancelled_note``), or ``why`` (an error result) when the turn ended for another reason."""
-        path = self.store.path()
-        answered = {e.tool_call_id for e in path if e.role == "tool"}
-        for entry in reversed(path):
+        ids, get, turn = self.store.path_ids(), self.store.get, list[Entry]()
+        for i in range(len(ids) - 1, -1, -1):  # this turn only, newest first: never the whole history
+            entry = get(ids[i])
             if entry.role == "user":
                 break
+            turn.append(entry)
+        answered = {e.tool_call_id for e in turn if e.role == "tool"}  # a result follows its call
+        for entry in turn:
             if entry.role == "assistant":
                 for call in entry.tool_calls:
                     if call.id not in answered:
