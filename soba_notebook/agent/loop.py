@@ -71,7 +71,7 @@ from ..session.payloads import (
 )
 from ..session.store import SessionStore
 from ..textclip import head_tail
-from ..tokens import TokenCounter
+from ..tokens import MESSAGE_OVERHEAD, TokenCounter
 from .confine import check_workspace_root
 from .skills import SkillRegistry
 from .tools import ToolContext, ToolRegistry, default_tools
@@ -188,8 +188,9 @@ class Agent:
         return f"{text}\n\n{skills}" if skills else text
 
     def _refresh_base_tokens(self) -> None:
-        self.engine.base_tokens = self.counter.count_text(self.system_prompt()) + self.counter.count_tools(
-            self._rendered_tools())
+        system = self.system_prompt()  # a message like any other: its overhead counts (it was 3 tokens short)
+        self.engine.base_tokens = (self.counter.count_text(system) + (MESSAGE_OVERHEAD if system else 0)
+                                   + self.counter.count_tools(self._rendered_tools()))
 
     def _rendered_tools(self, tools: tuple[ToolSpec, ...] | None = None) -> tuple[ToolSpec, ...]:
         """The tool definitions the model's prompt holds (of ``tools``, default: the registry's):
