@@ -1,6 +1,6 @@
 """Costs that stay linear as sessions grow, and fleet analysis: the ratios of issue 16, in one run.
 
-Run: .venv/bin/python bench/bench_linear.py [--repeat 5]
+Run: .venv/bin/python bench/bench_linear.py [--repeat 5] [--only simulate_path]
 Needs ../shared/data/transcripts beside the repository for the pi-mono, import and fleet figures.
 
 Every figure is the best of ``--repeat`` runs (the machine is shared; the best run is the one the
@@ -74,6 +74,29 @@ def bench_simulate(tmp: Path, repeat: int) -> None:
     ratio = times[16] / times[1]
     print(f"simulate pi-mono at 65k: 1x ({len(path):,} entries) {times[1]:.2f} s, 16x {times[16]:.2f} s, "
           f"ratio {ratio:.1f}x (linear = 16x; {verdict(ratio, 20)})")
+
+
+# -- 1b. the path users call: views.simulate(file), 32x against 2x, process time -------------------
+def bench_simulate_path(tmp: Path, repeat: int) -> None:
+    """``views.simulate(path)`` (open the file, replay, DataFrame) of pi-mono replicated 2x and 32x
+    into pi files (bench_pi.replicate_pi) and imported, in a warm process; process time, so the
+    other jobs of a loaded machine count less than on a wall clock."""
+    from bench_pi import replicate_pi
+
+    files = {}
+    for k in (2, 32):
+        files[k] = import_transcript(replicate_pi(PI, tmp / f"pi-{k}x.jsonl", k), tmp / f"sim-{k}x")
+    views.simulate(files[2], 65000, 8000)  # warm: imports, encodings, the first DataFrame
+    times = {k: float("inf") for k in files}
+    for _ in range(repeat):  # interleaved, as above
+        for k, file in files.items():
+            start = time.process_time()
+            views.simulate(file, 65000, 8000)
+            times[k] = min(times[k], time.process_time() - start)
+    ratio = times[32] / times[2]
+    print(f"views.simulate(path) of pi-mono at 65k, process time: 2x {times[2]:.2f} s, 32x {times[32]:.2f} s, "
+          f"ratio {ratio:.1f}x (linear = 16x; {verdict(ratio, 17.5)}; load average "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())})")
 
 
 # -- 2. request build and 3. first budget check after open -----------------------------------------
@@ -189,13 +212,14 @@ def bench_fleet(tmp: Path, repeat: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--only", choices=("simulate", "request", "memory", "import", "fleet"))
+    parser.add_argument("--only", choices=("simulate", "simulate_path", "request", "memory", "import", "fleet"))
     args = parser.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cpus, best of {args.repeat} runs")
     with tempfile.TemporaryDirectory(prefix="soba-bench-") as tmp_name:
         tmp = Path(tmp_name)
         shared = PI.exists()
-        for name, fn, needs_shared in (("simulate", bench_simulate, True), ("request", bench_request_and_reopen, False),
+        for name, fn, needs_shared in (("simulate", bench_simulate, True), ("simulate_path", bench_simulate_path, True),
+                                       ("request", bench_request_and_reopen, False),
                                        ("memory", bench_memory, False), ("import", bench_import, True),
                                        ("fleet", bench_fleet, True)):
             if args.only not in (None, name):

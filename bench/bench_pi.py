@@ -1,6 +1,6 @@
 """Optional: SOBA against pi's own session and compaction code, on the same pi session files.
 
-Run: bash bench/install-pi.sh && .venv/bin/python bench/bench_pi.py [--repeat 5]
+Run: bash bench/install-pi.sh && .venv/bin/python bench/bench_pi.py [--repeat 5] [--clock process|wall]
 
 pi is the coding agent whose session files ``soba_notebook.importers`` reads
 (``@mariozechner/pi-coding-agent`` on npm, version pinned in bench/install-pi.sh). The pi-mono
@@ -13,8 +13,12 @@ files under node, and this script times SOBA's equivalents on the same files imp
   the path, and the engine's incremental builder (a fresh ``CompactionEngine.model_messages()``);
 * prepare a compaction: pi ``prepareCompaction`` (branch, tokensBefore, cut point, messages to
   summarize, file operations) | SOBA ``measure()`` + ``plan()`` (budget check, cut point, plan),
-  with a fresh token counter (every entry counted) and again with the counts cached;
-* the cut point alone: pi ``findCutPoint`` | SOBA ``find_cut_point`` (token counts given).
+  with a fresh token counter (every entry counted with tiktoken: the first budget check of a
+  session, which a live session pays one entry at a time as it appends) and again with the
+  exact counts held (kept with the model input, as before every later compaction);
+* the cut point alone: pi ``findCutPoint`` | SOBA ``tail_cut_point`` over the counts and
+  tool-call index the model input keeps (what ``plan()`` runs), and the whole-context
+  ``find_cut_point`` it replaced (kept as the reference).
 
 Token counting differs, and the figures say so: pi estimates chars/4 per message (its
 tokensBefore uses the last reply's reported usage plus that estimate); SOBA counts with tiktoken
@@ -25,7 +29,10 @@ context only on resume, compaction and tree moves; SOBA's next-request figure ha
 Without node, or without the package installed (bench/install-pi.sh has not run), it prints
 ``skipped: <reason>`` and exits 0. Nothing is downloaded at run time. Every figure is the best
 of --repeat rounds; each round runs pi (one node process, one untimed warm-up pass for the JIT)
-then SOBA, over every size, so load from other jobs on the machine hits both sides alike.
+then SOBA, over every size, so load from other jobs on the machine hits both sides alike. By
+default every figure is process time (Python ``time.process_time()``, node ``process.cpuUsage()``,
+user + system), so the other jobs of a loaded machine count on neither side; ``--clock wall``
+times wall clock instead.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from soba_notebook.compaction import CompactionEngine, find_cut_point
+from soba_notebook.compaction.tail_cut import tail_cut_point
 from soba_notebook.compaction.triggers import Trigger
 from soba_notebook.config import SobaConfig
 from soba_notebook.importers import import_transcript
@@ -129,20 +137,24 @@ def replicate_pi(source: Path, dest: Path, copies: int) -> Path:
 
 
 # -- the two sides ------------------------------------------------------------------------------------
-def run_pi(node: str, pkg_dir: Path, files: Sequence[Path]) -> dict[str, Any]:
+def run_pi(node: str, pkg_dir: Path, files: Sequence[Path], clock_name: str = "process") -> dict[str, Any]:
     """One node process: an untimed warm-up pass, then one timed pass over ``files``."""
     done = subprocess.run([node, str(COMPARE_JS), "--pkg", str(pkg_dir), "--repeat", "1", "--warmup", "1",
-                           *map(str, files)], capture_output=True, text=True, check=False)
+                           "--clock", clock_name, *map(str, files)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"bench/pi_compare.mjs failed ({done.returncode}): {done.stderr.strip()}")
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 
 
+#: what clock() reads: process time (the default) or wall clock (--clock wall)
+TIMER: Callable[[], float] = time.process_time
+
+
 def clock(fn: Callable[[], Any]) -> tuple[float, Any]:
-    start = time.perf_counter()
+    start = TIMER()
     value = fn()
-    return (time.perf_counter() - start) * 1e3, value
+    return (TIMER() - start) * 1e3, value
 
 
 def run_soba(path: Path) -> tuple[dict[str, float], dict[str, Any]]:
@@ -158,10 +170,14 @@ def run_soba(path: Path) -> tuple[dict[str, float], dict[str, Any]]:
     cold = CompactionEngine(store, config, TokenCounter("gpt-4o"))  # nothing counted yet
     ms["prepare_cold"], plan = clock(lambda: cold.plan(Trigger.USER, cold.measure()))
     ms["prepare_warm"], _ = clock(lambda: cold.plan(Trigger.USER, cold.measure()))
-    entries, _capsule = cold.inputs.context_slice()
-    tokens = [cold.counter.count_entry(e) for e in entries]
+    inputs = cold.inputs
+    entries, cum, index = inputs.context_entries(), inputs.cumulative_tokens(), inputs.tool_index
+    tokens = [cum[i + 1] - cum[i] for i in range(len(entries))]
     keep = config.compaction.keep_recent_tokens
-    ms["cut"], cut = clock(lambda: find_cut_point(entries, tokens, keep))
+    ms["cut"], cut = clock(lambda: tail_cut_point(entries, cum, index, keep))
+    ms["cut_whole"], whole = clock(lambda: find_cut_point(entries, tokens, keep))
+    if whole != cut:
+        raise SystemExit(f"tail_cut_point {cut} != find_cut_point {whole}: the two cut points disagree")
     facts = {"path": len(store.path_ids()), "messages": len(request), "context": len(entries), "cut": cut,
              "tokens": sum(tokens), "summarized": getattr(plan, "entry_count", None)}
     return ms, facts
@@ -175,9 +191,11 @@ FIGURES = (  # (label, pi key, SOBA key)
      "context_ms", "engine"),
     ("prepare a compaction: pi prepareCompaction | SOBA measure()+plan(), fresh counter", "prepare_ms",
      "prepare_cold"),
-    ("prepare a compaction: pi prepareCompaction | SOBA measure()+plan(), counts cached", "prepare_ms",
+    ("prepare a compaction: pi prepareCompaction | SOBA measure()+plan(), exact counts held", "prepare_ms",
      "prepare_warm"),
-    ("cut point alone: pi findCutPoint | SOBA find_cut_point", "cut_ms", "cut"),
+    ("cut point alone: pi findCutPoint | SOBA tail_cut_point (what plan() runs)", "cut_ms", "cut"),
+    ("cut point alone: pi findCutPoint | SOBA find_cut_point (whole context, the reference)", "cut_ms",
+     "cut_whole"),
 )
 
 
@@ -205,7 +223,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="rounds; each figure is the best (default 5)")
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)), help="replications (default 1,4,16)")
+    parser.add_argument("--clock", choices=("process", "wall"), default="process",
+                        help="process time on both sides (default) or wall clock")
     args = parser.parse_args(argv)
+    global TIMER
+    TIMER = time.process_time if args.clock == "process" else time.perf_counter
     sizes = sorted({int(s) for s in args.sizes.split(",")})
     pkg_dir = package_dir()
     node = shutil.which("node")
@@ -225,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pi_run: dict[str, Any] = {}
         soba_facts: dict[int, dict[str, Any]] = {}
         for _ in range(args.repeat):
-            pi_run = run_pi(node, pkg_dir, [pi_files[k] for k in sizes])
+            pi_run = run_pi(node, pkg_dir, [pi_files[k] for k in sizes], args.clock)
             for k, row in zip(sizes, pi_run["files"], strict=True):
                 pi_best[k] = {key: min(v, pi_best.get(k, {}).get(key, v)) for key, v in row.items()
                               if key.endswith("_ms")}
@@ -235,7 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 shutil.copyfile(soba_files[k], work)
                 ms, soba_facts[k] = run_soba(work)
                 soba_best[k] = {key: min(v, soba_best.get(k, {}).get(key, v)) for key, v in ms.items()}
-    print(f"pi {pi_run['version']} on node {pi_run['node']}; SOBA from this tree; best of {args.repeat} rounds")
+    print(f"pi {pi_run['version']} on node {pi_run['node']}; SOBA from this tree; best of {args.repeat} rounds; "
+          f"{args.clock} time; load average {', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
     print(f"tokens: pi estimates chars/4 per message after the last reported usage; SOBA counts with tiktoken "
           f"({TokenCounter('gpt-4o').encoding_name}), cached per entry id, its budget check also from the last "
           f"reported usage; keepRecentTokens pi {pi_run['settings']['keepRecentTokens']:,}, SOBA "

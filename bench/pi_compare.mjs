@@ -11,7 +11,7 @@
 // prepareCompaction is exported by dist/core/compaction/ but not re-exported by the package's
 // index, so that one module is imported by its file URL (still the installed package's code).
 //
-// Usage: node bench/pi_compare.mjs --pkg build/pi-bench [--repeat 1] [--warmup 1] FILE...
+// Usage: node bench/pi_compare.mjs --pkg build/pi-bench [--repeat 1] [--warmup 1] [--clock process|wall] FILE...
 // Prints one JSON object: {"version", "settings", "files": [{file, entries, ..., open_ms, ...}]},
 // each *_ms the best of --repeat timed passes (passes interleave the files), after --warmup
 // untimed passes that let the JIT compile pi's code. It never writes to FILE: a session whose
@@ -26,24 +26,37 @@ import { performance } from "node:perf_hooks";
 const PACKAGE = "@mariozechner/pi-coding-agent";
 
 function parseArgs(argv) {
-  const args = { pkg: null, repeat: 1, warmup: 1, files: [] };
+  const args = { pkg: null, repeat: 1, warmup: 1, clock: "process", files: [] };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === "--pkg") args.pkg = argv[++i];
     else if (a === "--repeat") args.repeat = Number(argv[++i]);
     else if (a === "--warmup") args.warmup = Number(argv[++i]);
+    else if (a === "--clock") args.clock = argv[++i];
     else args.files.push(a);
   }
-  if (!args.pkg || args.files.length === 0 || !(args.repeat >= 1) || !(args.warmup >= 0)) {
-    throw new Error("usage: node pi_compare.mjs --pkg DIR [--repeat N] [--warmup N] FILE...");
+  if (!args.pkg || args.files.length === 0 || !(args.repeat >= 1) || !(args.warmup >= 0)
+      || !["process", "wall"].includes(args.clock)) {
+    throw new Error("usage: node pi_compare.mjs --pkg DIR [--repeat N] [--warmup N] [--clock process|wall] FILE...");
   }
   return args;
 }
 
+// --clock process (default): CPU time of this process, user + system, from process.cpuUsage(),
+// as bench_pi.py's time.process_time(), so other jobs on a loaded machine count on neither side;
+// --clock wall: performance.now().
+let CLOCK = "process";
+
 function time(fn) {
-  const start = performance.now();
+  if (CLOCK === "wall") {
+    const start = performance.now();
+    const value = fn();
+    return [performance.now() - start, value];
+  }
+  const start = process.cpuUsage();
   const value = fn();
-  return [performance.now() - start, value];
+  const used = process.cpuUsage(start);
+  return [(used.user + used.system) / 1000, value];
 }
 
 function headerVersion(file) {
@@ -53,6 +66,7 @@ function headerVersion(file) {
 
 async function main() {
   const args = parseArgs(process.argv.slice(2));
+  CLOCK = args.clock;
   const root = join(resolve(args.pkg), "node_modules", ...PACKAGE.split("/"));
   const dist = join(root, "dist");
   const pi = await import(pathToFileURL(join(dist, "index.js")).href);

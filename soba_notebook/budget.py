@@ -102,6 +102,7 @@ class BudgetTracker:
         """Forget everything (after a config change that alters counts)."""
         self.anchor = None
         self._reset()
+        self.inputs.invalidate_counts()
 
     @property
     def context_key(self) -> str:
@@ -117,9 +118,12 @@ class BudgetTracker:
         inputs = self.inputs
         start = inputs.start
         path = self.store.path_ids()
-        if path is not self._path or len(path) < self._seen or start < self._base:
+        if path is not self._path or len(path) < self._seen or start < self._base or start > self._seen:
             self._reset()
             self._path, self._base, self._seen = path, start, start
+        elif start > self._base:  # a new capsule moved the start on: the counts before it are never asked again
+            del self._cum[:start - self._base]
+            self._base = start
         capsule = inputs.capsule
         cid = capsule.id if capsule is not None else None
         if cid != self._capsule_id:

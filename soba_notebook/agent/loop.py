@@ -71,7 +71,7 @@ from ..session.payloads import (
 )
 from ..session.store import SessionStore
 from ..textclip import head_tail
-from ..tokens import TokenCounter
+from ..tokens import MESSAGE_OVERHEAD, TokenCounter
 from .approval import Approver
 from .approval_gate import ApprovalGate
 from .confine import check_workspace_root
@@ -202,7 +202,9 @@ class Agent:
 
     def _refresh_base_tokens(self) -> None:
         system = self._sent_system(self.system_prompt(), self.tools.specs())
-        self.engine.base_tokens = self.counter.count_text(system) + self.counter.count_tools(self._rendered_tools())
+        # a message like any other: its overhead counts (it was 3 tokens short)
+        self.engine.base_tokens = (self.counter.count_text(system) + (MESSAGE_OVERHEAD if system else 0)
+                                   + self.counter.count_tools(self._rendered_tools()))
 
     def _sent_system(self, system: str, tools: tuple[ToolSpec, ...]) -> str:
         """The system prompt as the provider sends it: with SOBA's own JSON tool protocol
@@ -545,11 +547,14 @@ class Agent:
                         cancelled_note: str = "cancelled before it ran") -> None:
         """Give every tool call of this turn that has no result a recorded result: cancelled (saying
         ``cancelled_note``), or ``why`` (an error result) when the turn ended for another reason."""
-        path = self.store.path()
-        answered = {e.tool_call_id for e in path if e.role == "tool"}
-        for entry in reversed(path):
+        ids, get, turn = self.store.path_ids(), self.store.get, list[Entry]()
+        for i in range(len(ids) - 1, -1, -1):  # this turn only, newest first: never the whole history
+            entry = get(ids[i])
             if entry.role == "user":
                 break
+            turn.append(entry)
+        answered = {e.tool_call_id for e in turn if e.role == "tool"}  # a result follows its call
+        for entry in turn:
             if entry.role == "assistant":
                 for call in entry.tool_calls:
                     if call.id not in answered:

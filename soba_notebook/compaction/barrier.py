@@ -15,8 +15,7 @@ tracker) and runs each compaction to exactly one terminal outcome: ``completed``
    the deterministic facts, unsupported claims dropped and counted; a goal or next steps that
    are template text make it ``quality: partial``); measure the exact continuation; soft
    triggers: the post-generation ROI gate (hard_limit, context_overflow and user are exempt);
-6. immediately before the append, check the cancel signal and that the leaf is still the one
-   the plan saw: otherwise ``cancelled`` / ``stale`` and nothing is written;
+6. just before the append, check the cancel signal and the leaf: else ``cancelled`` / ``stale``, nothing written;
 7. emit ``compaction_end`` and write a flight record (never the summary text).
 
 The hard limit is fail-closed: if effective input is over it and compaction cannot bring it
@@ -62,11 +61,12 @@ from .extract import deterministic_capsule
 from .grounding import ground_plan_summary
 from .kernel_section import KernelStateProvider, kernel_state_field, with_kernel_state
 from .outcome import OUTCOMES, CompactionOutcome
-from .planner import CompactionPlan, find_cut_point
+from .planner import CompactionPlan
 from .predict import SavingsPredictor, SummaryAttempt
 from .progress import Phase, wait_with_progress
 from .snapshot import BudgetSnapshot, SnapshotBox, compaction_of_capsule
 from .summarize import Summarizer, SummaryRequest, summary_input_tokens
+from .tail_cut import tail_cut_point
 from .triggers import (
     EXEMPT_FROM_SOFT_ROI,
     MANDATORY,
@@ -101,7 +101,7 @@ class CompactionEngine:
         self._capsule_cost: dict[str, int] = {}
         self._capsule_msg: tuple[str | None, dict[str, Any]] | None = None
         #: the model input of the leaf, maintained as entries are appended (never a whole-path walk)
-        self.inputs = ModelInputBuilder(store)
+        self.inputs = ModelInputBuilder(store, count=lambda e: self.counter.count_entry(e))
         self.tracker = BudgetTracker(store, counter, context_window=config.model.context_window,
                                      hard=config.hard_limit, soft=config.soft_limit, base_tokens=base_tokens,
                                      capsule_tokens=self.capsule_tokens, inputs=self.inputs)
@@ -147,10 +147,12 @@ class CompactionEngine:
         self.tracker.context_window = config.model.context_window
 
     def capsule_tokens(self, entry: Entry) -> int:
-        key = entry.id or ""
-        if key not in self._capsule_cost:
-            self._capsule_cost[key] = self.counter.count_message(capsule_message(entry))
-        return self._capsule_cost[key]
+        costs, key = self._capsule_cost, entry.id or ""
+        if key not in costs:  # one capsule is in force at a time: kept small, a long session never grows it
+            if len(costs) >= 8:
+                costs.clear()
+            costs[key] = self.counter.count_message(capsule_message(entry))
+        return costs[key]
 
     # -- measurement -------------------------------------------------------------------------
     def measure(self) -> BudgetCheck:
@@ -267,14 +269,14 @@ class CompactionEngine:
     def plan(self, trigger: Trigger, check: BudgetCheck, *, instructions: str | None = None,
              max_tail_tokens: int | None = None) -> CompactionPlan | str:
         """The plan for compacting now, or the reason there is nothing safe to compact."""
-        entries, capsule_entry = self.inputs.context_slice()
-        tokens = [self.counter.count_entry(e) for e in entries]
+        inputs = self.inputs  # O(tail): counts and tool-call index are kept with the model input
+        entries, capsule_entry, cum = inputs.context_entries(), inputs.capsule, inputs.cumulative_tokens()
         keep = self.config.compaction.keep_recent_tokens
         if max_tail_tokens is None and trigger in MANDATORY:
             max_tail_tokens = self._max_tail(check)
-        cut = find_cut_point(entries, tokens, keep, max_tail_tokens=max_tail_tokens)
+        cut, total = tail_cut_point(entries, cum, inputs.tool_index, keep, max_tail_tokens=max_tail_tokens), cum[-1]
         if cut is None:
-            return (f"nothing old enough to compact yet: {sum(tokens):,} tokens of history, "
+            return (f"nothing old enough to compact yet: {total:,} tokens of history, "
                     f"{keep:,} kept verbatim (keepRecentTokens)")
         previous = capsule_of(capsule_entry) if capsule_entry is not None else None
         return CompactionPlan(
@@ -282,7 +284,7 @@ class CompactionEngine:
             tokens_before=check.effective, source=check.source, hard_limit=check.hard_limit,
             soft_limit=check.soft_limit, keep_recent_tokens=keep, summarize=tuple(entries[:cut]),
             first_kept_entry_id=entries[cut].id if cut < len(entries) else None,
-            kept_tokens=sum(tokens[cut:]), summarized_tokens=sum(tokens[:cut]), previous_capsule=previous,
+            kept_tokens=total - cum[cut], summarized_tokens=cum[cut], previous_capsule=previous,
             previous_checkpoint_id=capsule_data(capsule_entry).get("checkpointId") if capsule_entry else None,
             instructions=instructions)
 
@@ -313,8 +315,7 @@ class CompactionEngine:
         return Capsule.from_json(self.scrub(capsule.to_json()), where="scrubbed capsule"), quality, self.scrub(note)
 
     def _max_tail(self, check: BudgetCheck) -> int:
-        # Leave room for the capsule itself: a quarter of the hard limit, at most 8k tokens.
-        reserve = min(8_000, check.hard_limit // 4)
+        reserve = min(8_000, check.hard_limit // 4)  # room for the capsule: a quarter of the hard limit, at most 8k
         return max(0, check.hard_limit - self.base_tokens - reserve - REPLY_PRIMING)
 
     async def run(self, trigger: Trigger, *, cancel: CancelToken | None = None, check: BudgetCheck | None = None,
@@ -563,9 +564,8 @@ class CompactionEngine:
         """Tokens of the entries ``plan`` keeps verbatim, as they are now."""
         if plan.first_kept_entry_id is None:
             return 0
-        entries, _ = self.inputs.context_slice()
-        start = self.inputs.position_in_context(plan.first_kept_entry_id)
-        return sum(self.counter.count_entry(e) for e in entries[start:]) if start is not None else 0
+        start, cum = self.inputs.position_in_context(plan.first_kept_entry_id), self.inputs.cumulative_tokens()
+        return cum[-1] - cum[start] if start is not None else 0
 
     # -- reporting ---------------------------------------------------------------------------
     def _finish(self, operation_id: str, trigger: Trigger, outcome: Outcome, reason: str | None,

@@ -17,7 +17,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..tokens import TokenCounter
+from ..tokens import MESSAGE_OVERHEAD, TokenCounter
 
 __all__ = ["RETRY_MARGIN", "overflow_figures", "request_tokens", "retry_budget", "retry_refusal"]
 
@@ -80,5 +80,6 @@ def retry_refusal(retry: int, budget: int, rejected: int) -> str | None:
 def request_tokens(counter: TokenCounter, system: str, tools: Iterable[Any],
                    messages: Iterable[Mapping[str, Any]]) -> int:
     """SOBA's calibrated estimate of one whole request."""
-    raw = counter.count_text(system) + counter.count_tools(tools) + counter.count_messages(messages)
+    raw = (counter.count_text(system) + (MESSAGE_OVERHEAD if system else 0) + counter.count_tools(tools)
+           + counter.count_messages(messages))
     return counter.calibrated(raw)

@@ -74,8 +74,10 @@ def capsule_is_usable(entry: Entry) -> bool:
 
 
 def latest_capsule_index(path: Sequence[Entry]) -> int | None:
-    for i in range(len(path) - 1, -1, -1):
-        if path[i].type == "capsule" and capsule_is_usable(path[i]):
+    i = len(path)
+    for e in reversed(path):  # no indexing per entry: this walks a whole path when there is no capsule
+        i -= 1
+        if e.type == "capsule" and capsule_is_usable(e):
             return i
     return None
 

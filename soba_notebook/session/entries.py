@@ -134,6 +134,11 @@ class Entry:
 
     ``line`` is where the entry was read from (1-based, header is line 1); it is not stored and
     takes no part in equality, it only lets error messages point at the file.
+
+    A message's role is read once, when the entry is made, and kept on the entry itself: the
+    model input, the cut point and the budget ask it of every entry of a context, and reading it
+    through ``data`` touched two more objects per entry, scattered over a long session's heap
+    (``data`` is never changed in place once an entry exists).
     """
 
     type: str
@@ -142,6 +147,16 @@ class Entry:
     parent_id: str | None = None
     ts: str | None = None
     line: int | None = field(default=None, compare=False)
+    _role: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        role = None
+        if self.type == "message":
+            msg = self.data.get("message")
+            if msg.__class__ is dict or isinstance(msg, Mapping):
+                found = msg.get("role")
+                role = found if found.__class__ is str or isinstance(found, str) else None
+        object.__setattr__(self, "_role", role)
 
     # -- stored form -------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -180,8 +195,7 @@ class Entry:
 
     @property
     def role(self) -> str | None:
-        role = self.message.get("role")
-        return role if isinstance(role, str) else None
+        return self._role
 
     @property
     def text(self) -> str:
@@ -212,7 +226,7 @@ class Entry:
 
     @property
     def is_model_input(self) -> bool:
-        return self.type in MESSAGE_TYPES_FOR_MODEL and self.message.get("role") in _MODEL_ROLES
+        return self._role in _MODEL_ROLES  # only a "message" entry has a role (MESSAGE_TYPES_FOR_MODEL)
 
 
 def _message(**fields: Any) -> Entry:

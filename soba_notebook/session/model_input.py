@@ -12,16 +12,23 @@ and its first kept entry, never the whole history.
 Its answer is always the one :func:`~.context.build_context` gives for ``store.path()`` (a
 property test holds it to that); it is the single source of the model input for the compaction
 engine, the budget tracker and the simulator.
+
+Beside the context it keeps what the compaction planner asks of it, so preparing a compaction
+reads the tail, not the history: a :class:`~.tool_index.ToolCallIndex` (where each call was made
+and first answered), updated as entries are appended, and, when given a ``count`` function, the
+running token totals of the context, each entry counted once, when a total is first asked for
+after it arrived (never at open: a session that is only looked at is never tokenized).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import overload
 
 from .context import ModelContext, context_key, context_start
 from .entries import Entry
 from .store import SessionStore
+from .tool_index import ToolCallIndex
 
 __all__ = ["ModelInputBuilder"]
 
@@ -51,8 +58,12 @@ class _PathView(Sequence[Entry]):
 class ModelInputBuilder:
     """Incremental model input of ``store``'s current leaf. Not thread-safe (one agent loop)."""
 
-    def __init__(self, store: SessionStore) -> None:
+    def __init__(self, store: SessionStore, *, count: Callable[[Entry], int] | None = None) -> None:
         self.store = store
+        self._count = count
+        self._cum: list[int] = [0]  # _cum[i]: tokens of context[:i], for the first len(_cum) - 1 entries
+        self._index = ToolCallIndex()
+        self._indexed = 0  # context entries the index has seen: it catches up when asked, like _cum
         #: how often the builder started over (leaf moves, new capsules); a test and a bench read it
         self.rebuilds = 0
         self._path: list[str] | None = None
@@ -76,10 +87,11 @@ class ModelInputBuilder:
         if any(e.type == "capsule" for e in new):
             self._rebuild(path)
             return
+        context, messages = self._context, self._messages
         for entry in new:
-            self._context.append(entry)
+            context.append(entry)
             if entry.is_model_input:
-                self._messages.append(entry)
+                messages.append(entry)
         self._seen = n
 
     def _rebuild(self, path: list[str]) -> None:
@@ -91,6 +103,8 @@ class ModelInputBuilder:
         self._path, self._seen, self._start, self._capsule = path, len(path), start, capsule
         self._context = context
         self._messages = [e for e in context if e.is_model_input]
+        self._index, self._indexed = ToolCallIndex(), 0
+        self._cum = [0]
 
     # -- answers -----------------------------------------------------------------------------
     @property
@@ -125,10 +139,46 @@ class ModelInputBuilder:
         self._catch_up()
         return list(self._context), self._capsule
 
-    def position_in_context(self, entry_id: str) -> int | None:
-        """Index of ``entry_id`` in :meth:`context_slice`'s entries, or None (a scan of the tail)."""
+    def context_entries(self) -> Sequence[Entry]:
+        """The entries :meth:`context_slice` returns, not copied: read it, never change it, and
+        ask again after the next append (a rebuild replaces it)."""
         self._catch_up()
-        for i, e in enumerate(self._context):
-            if e.id == entry_id:
+        return self._context
+
+    @property
+    def tool_index(self) -> ToolCallIndex:
+        """The tool calls of :meth:`context_entries`, by position (read only); indexes only the
+        entries that arrived since the last call."""
+        self._catch_up()
+        index, context = self._index, self._context
+        for pos in range(self._indexed, len(context)):
+            index.add(pos, context[pos])
+        self._indexed = len(context)
+        return index
+
+    def cumulative_tokens(self) -> Sequence[int]:
+        """``t[i]`` = tokens of the first ``i`` context entries (``len(context) + 1`` items, read
+        only). Counts only the entries that arrived since the last call; needs ``count``."""
+        self._catch_up()
+        if self._count is None:
+            raise ValueError("this ModelInputBuilder was made without a count function")
+        cum, context, count = self._cum, self._context, self._count
+        total = cum[-1]
+        for e in context[len(cum) - 1:]:
+            total += count(e)
+            cum.append(total)
+        return cum
+
+    def invalidate_counts(self) -> None:
+        """Forget the running totals (the count function now counts differently)."""
+        self._cum = [0]
+
+    def position_in_context(self, entry_id: str) -> int | None:
+        """Index of ``entry_id`` in :meth:`context_slice`'s entries, or None (a scan from the leaf
+        back: the entries asked for are kept ones, near the end; ids on a path are distinct)."""
+        self._catch_up()
+        context = self._context
+        for i in range(len(context) - 1, -1, -1):
+            if context[i].id == entry_id:
                 return i
         return None

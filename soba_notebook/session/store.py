@@ -211,6 +211,9 @@ class SessionStore:
         finally:
             if paused:
                 gc.enable()
+                # the young generation now holds everything just loaded: collect it here, so open pays
+                # for its own objects instead of whatever allocates next (the first request built)
+                gc.collect(0)
 
     def _problem(self, message: str) -> None:
         self.problems.append(message)

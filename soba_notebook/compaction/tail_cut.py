@@ -1,0 +1,83 @@
+"""The cut point from the tail of the context: the same answer as :func:`~.planner.find_cut_point`,
+reading only the entries after a user message near the cut.
+
+:func:`~.planner.find_cut_point` walks the whole context to learn which tool calls are still open
+at each position; its cost grew with the history, 100x pi's own cut at 16x the pi-mono session.
+Here the walk starts at a window start ``W``, the last user message at or before the cut
+wanted, in a state known exactly without reading what lies before it:
+
+* calls left without any result stop holding a cut back at the next user message (the rule of
+  :func:`~.planner.valid_boundaries`), so at a user message none of them is pending;
+* the calls still waiting for a result at ``W`` are read off the
+  :class:`~soba_notebook.session.tool_index.ToolCallIndex` the model-input builder keeps, from
+  the results at ``W`` and after (:meth:`ToolCallIndex.open_at`).
+
+From there the walk is the reference's own loop. When no valid boundary lies between ``W`` and
+the cut wanted (a result arrived after a user message, two writers), the window doubles back to
+an earlier user message, down to the whole context. Token counts come as running totals
+(``cum[i]``: tokens before entry ``i``) kept with the model input, so no entry is counted or
+summed again here. The rule is exactly as strict: a property test holds this function equal to
+the reference over random interleavings (ids repeated, results before their calls), two writers
+and imported transcripts.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+
+from ..session.entries import Entry
+from ..session.tool_index import ToolCallIndex
+
+__all__ = ["tail_cut_point"]
+
+
+def _walk(entries: Sequence[Entry], index: ToolCallIndex, start: int) -> tuple[list[int], bool]:
+    """Valid boundaries at ``start`` and after, and whether the end is one: ``start`` is 0 or a
+    user message. The loop of :func:`~.planner.valid_boundaries`, begun in the state it has there."""
+    answered = index.answered
+    open_calls = index.open_at(start) if start > 0 else set()
+    unanswered: set[str] = set()
+    valid: list[int] = []
+    for i in range(start, len(entries)):
+        e = entries[i]
+        role = e.role
+        if role == "user":
+            unanswered.clear()
+        if i > 0 and not open_calls and not unanswered and role != "tool" and e.is_model_input:
+            valid.append(i)
+        if role == "assistant":
+            for call_id in e.tool_call_ids:
+                (open_calls if call_id in answered else unanswered).add(call_id)
+        elif role == "tool":
+            open_calls.discard(e.tool_call_id or "")
+    return valid, not open_calls and not unanswered
+
+
+def tail_cut_point(entries: Sequence[Entry], cum: Sequence[int], index: ToolCallIndex, keep_recent_tokens: int, *,
+                   max_tail_tokens: int | None = None) -> int | None:
+    """What ``find_cut_point(entries, tokens, keep_recent_tokens, max_tail_tokens=...)`` returns,
+    ``tokens[i]`` being ``cum[i + 1] - cum[i]`` (counts are never negative), reading the tail only."""
+    n = len(entries)
+    total = cum[n]
+    # the last boundary whose tail holds keep_recent_tokens: suffix(i) = total - cum[i] >= keep
+    want = min(bisect_right(cum, total - keep_recent_tokens, 0, n + 1) - 1, n - 1)
+    # the first boundary whose tail fits under max_tail_tokens (mandatory compactions)
+    fits = bisect_left(cum, total - max_tail_tokens, 0, n + 1) if max_tail_tokens is not None else None
+    if want < 1 and fits is None:
+        return None
+    target = want if want >= 1 else fits if fits is not None else 0
+    start = index.user_at_or_before(target)
+    while True:
+        valid, end_valid = _walk(entries, index, start)
+        before = bisect_right(valid, want)  # valid[:before] are the boundaries at or before `want`
+        if before or start == 0 or want < 1:
+            break
+        # no boundary between the window start and the cut wanted: double the window back
+        start = index.user_at_or_before(start - max(1, n - start))
+    cut = valid[before - 1] if before else None
+    if max_tail_tokens is not None and fits is not None and (cut is None or total - cum[cut] > max_tail_tokens):
+        candidates = valid + ([n] if end_valid and n else [])
+        at = bisect_left(candidates, fits)
+        cut = candidates[at] if at < len(candidates) else None
+    return cut if cut is not None and cut > 0 else None
