@@ -163,6 +163,14 @@ def _lab_env(state_dir: Path, extra: dict[str, str] | None, theme: str | None) -
         path.mkdir(parents=True, exist_ok=True)
         env[name] = str(path)
     _lab_settings(dirs["JUPYTERLAB_SETTINGS_DIR"], theme)
+    # A home of the run's own whose ~/.soba/config.json only turns approvals off: these tests are
+    # about other things and no one answers a card (a project config that sets tools.approval, as
+    # test_browser_approvals.py's does, wins over it). Matplotlib keeps the real home's font cache.
+    home = state_dir / "home"
+    (home / ".soba").mkdir(parents=True, exist_ok=True)
+    (home / ".soba" / "config.json").write_text('{"tools": {"approval": "never"}}')
+    env.setdefault("MPLCONFIGDIR", str(Path.home() / ".config" / "matplotlib"))
+    env["HOME"] = str(home)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["JUPYTER_PLATFORM_DIRS"] = "1"
     env.pop("ANYWIDGET_HMR", None)

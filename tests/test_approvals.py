@@ -236,3 +236,18 @@ def test_a_write_asks_with_the_diff_it_would_make(tmp_path: Path, fake_server: F
     diff = approver.asked[0].diff or ""
     assert "-    return a - b" in diff and "+    return a + b" in diff and "a/calc.py" in diff
     assert "a + b" in (agent.workspace / "calc.py").read_text()
+
+
+def test_a_notebook_edit_asks_with_where_it_goes_and_the_cells_new_source(tmp_path: Path,
+                                                                         fake_server: FakeServer) -> None:
+    """A card for ``notebook_edit`` says which notebook, which action and which cell, and shows the
+    new source (it showed an empty body: the kernel's own notebook has no ``path`` argument)."""
+    approver = Scripted(Decision("deny", "not now"))
+    agent = _agent(tmp_path, fake_server, approver)
+    fake_server.openai.enqueue(tool_calls=_calls(("c1", "notebook_edit", {
+        "cell_id": "a1b2", "action": "insert_after", "source": "df.plot()", "cell_type": "code"})))
+    fake_server.openai.enqueue(text="ok")
+    asyncio.run(agent.run_turn("plot it"))
+    asked = approver.asked[0]
+    assert asked.body == "this kernel’s notebook: insert a cell after a1b2"
+    assert "+df.plot()" in (asked.diff or "")

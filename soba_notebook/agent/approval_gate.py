@@ -77,6 +77,11 @@ def _subject(tool: str, arguments: Mapping[str, Any]) -> str:
     if tool == "python":
         return str(arguments.get("code", ""))
     path = arguments.get("path")
+    if tool == "notebook_edit":  # where in which notebook: the card must say more than the file
+        cell, action = arguments.get("cell_id"), arguments.get("action")
+        what = (f"insert a cell after {cell}" if cell else "insert a cell at the top") if action == "insert_after" \
+            else f"{action or 'edit'} cell {cell}"
+        return f"{path or 'this kernel’s notebook'}: {what}"
     return str(path) if path is not None else ""
 
 
@@ -90,6 +95,11 @@ def _diff(workspace: Path, tool: str, arguments: Mapping[str, Any]) -> str | Non
         before, after = str(arguments.get("old", "")), str(arguments.get("new", ""))
         if arguments.get("replace_all"):
             path += " (every occurrence)"
+    elif tool == "notebook_edit":  # the cell's new source (its old one is the open document's, not known here)
+        path = _subject(tool, arguments)
+        before, after = "", "" if arguments.get("action") == "delete" else str(arguments.get("source", ""))
+        if not after:
+            return f"{path}: the cell is removed\n"
     else:
         return None
     lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
