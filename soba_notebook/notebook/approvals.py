@@ -12,7 +12,8 @@ tool, the full command or code (scrollable, never cut), a diff for writes, and *
 **Allow for this session** (naming the rule it adds) and **Deny** with an optional reason. Its comm
 is pinned to SOBA's subshell (:mod:`.busy_comms`), so a click is handled while the kernel is busy
 running the foreground ``%soba`` cell. Once answered, timed out or cancelled, the card shows the
-outcome and its buttons are gone.
+outcome and its buttons are gone. While a question waits, the cell's live line says so
+(:data:`APPROVAL_SETTLED_EVENT` tells the cell when it no longer waits).
 
 In terminal IPython the kernel thread prints the question and reads one line: ``y`` (once), ``a``
 (for this session), ``n`` (deny; a reason may follow on the same line). It stops reading when the
@@ -36,11 +37,13 @@ from ..cancel import CancelToken
 from ..events import Event
 from .busy_comms import answer_while_busy
 
-__all__ = ["APPROVAL_EVENT", "ApprovalSlot", "NotebookApprover", "PendingApproval",
+__all__ = ["APPROVAL_EVENT", "APPROVAL_SETTLED_EVENT", "ApprovalSlot", "NotebookApprover", "PendingApproval",
            "decision_text", "parse_answer"]
 
 #: The queue item (never a bus event: it carries a live object) that asks the cell to show a question.
 APPROVAL_EVENT = "approval_request"
+#: The queue item that says the question of a call (``name``) was settled (``verdict``).
+APPROVAL_SETTLED_EVENT = "approval_settled"
 
 _VERDICT_WORDS = {"once": "Allowed once", "session": "Allowed for this session", "deny": "Denied",
                   "timeout": "Denied: no answer in time", "cancelled": "Cancelled: the turn was stopped"}
@@ -77,6 +80,7 @@ class PendingApproval:
     request: ApprovalRequest
     frontend: str
     future: concurrent.futures.Future[Decision] = field(default_factory=concurrent.futures.Future)
+    events: Any = None  # the queue of the job's cell (told when the question is settled)
     card: Any = None  # its ApprovalCard, once shown
     settled: Decision | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -97,6 +101,8 @@ class PendingApproval:
             self.future.cancel()
         if card is not None:
             card.decision = {"verdict": decision.verdict, "text": decision_text(decision)}
+        if self.events is not None:
+            self.events.put(Event(APPROVAL_SETTLED_EVENT, {"name": self.request.tool, "verdict": decision.verdict}))
 
     def show(self, slot: ApprovalSlot | None = None, *, stdin: TextIO | None = None) -> None:
         """Show the question: a card (in ``slot``, or appended to the running cell), or the
@@ -204,7 +210,7 @@ class NotebookApprover:
         if self.frontend == "terminal" and self._background(events):
             return Decision("deny", "a background turn in terminal IPython cannot ask (the prompt owns standard "
                                     "input); run the turn in the foreground to be asked", by="headless")
-        pending = PendingApproval(request, self.frontend)
+        pending = PendingApproval(request, self.frontend, events=events)
         with self._lock:
             self._pending[request.call_id] = pending
         events.put(Event(APPROVAL_EVENT, {"pending": pending}))
