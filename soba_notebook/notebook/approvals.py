@@ -35,7 +35,6 @@ from typing import Any, TextIO
 from ..agent.approval import ApprovalRequest, Decision
 from ..cancel import CancelToken
 from ..events import Event
-from .busy_comms import answer_while_busy
 
 __all__ = ["APPROVAL_EVENT", "APPROVAL_SETTLED_EVENT", "ApprovalSlot", "NotebookApprover", "PendingApproval",
            "decision_text", "parse_answer"]
@@ -112,8 +111,7 @@ class PendingApproval:
             return
         from .approval_card import ApprovalCard
 
-        card = ApprovalCard(self)
-        answer_while_busy(card.comm)  # pinned at once: a click must reach it while the cell is busy
+        card = ApprovalCard(self)  # its comm pinned to SOBA's subshell: a click lands while the cell is busy
         with self._lock:
             self.card = card
             settled = self.settled
