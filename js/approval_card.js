@@ -3,7 +3,9 @@
 // Renders the synced `request` trait (soba_notebook.notebook.approvals.ApprovalCard): the tool,
 // the full command or code in a scrollable block (never cut), a diff for writes, and three
 // answers. A click sends {answer: "once" | "session" | "deny", reason} to Python; the `decision`
-// trait, once set, replaces the buttons with the outcome (the card is then static).
+// trait, once set, replaces the buttons with the outcome (the card is then static). Each render
+// reports {shown: true}: a person can see the card (the kernel denies a question no front end
+// showed within a short bound, which is how it tells a headless run, e.g. nbclient).
 //
 // Stable hooks for tests, on the root element (.soba-approval):
 //   data-tool       the tool asked about
@@ -85,6 +87,7 @@ function render({ model, el }) {
   model.on("change:decision", draw);
   model.on("change:request", draw);
   draw();
+  model.send({ shown: true });
   return () => {
     model.off("change:decision", draw);
     model.off("change:request", draw);

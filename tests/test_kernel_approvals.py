@@ -219,6 +219,20 @@ def test_a_cards_comm_is_pinned_and_handled_before_the_front_end_can_learn_of_it
     assert status == "ok" and "AT_OPEN [(True, True)]" in text, text
 
 
+def test_a_card_no_front_end_shows_is_denied_long_before_the_timeout_saying_how_to_set_the_mode(
+        started: Any, fake_server: FakeServer) -> None:
+    """nbclient and papermill run a kernel with no one to click: the card's view never reports it
+    rendered, so the call is denied after SHOWN_WITHIN_S, not after tools.approvalTimeoutMs."""
+    kernel, project = started(approvalTimeoutMs=3_600_000)  # an hour: the test would fail long before
+    _touch_then_reply(fake_server, TOUCH)
+    msg_id = kernel.submit("%soba make the marker")
+    seen = _follow(kernel, msg_id, [None], shown=False)
+    assert len(seen.cards) == 1 and not (project / "marker.txt").exists()
+    (result,) = _tool_results(project)
+    assert "no front end showed the approval card" in result and "%soba approval never" in result, result
+    assert _approvals(project) == [("deny", "headless")]
+
+
 def test_no_answer_denies_after_the_timeout_saying_how_to_set_the_mode(started: Any,
                                                                        fake_server: FakeServer) -> None:
     kernel, project = started(approvalTimeoutMs=1_500)

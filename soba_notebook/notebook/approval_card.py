@@ -6,7 +6,7 @@ until a question is shown. What it shows and how a click travels: see :mod:`.app
 The card opens its comm itself (:meth:`ApprovalCard.open`): pinned to SOBA's subshell and with its
 handlers attached *before* the ``comm_open`` goes out. ipywidgets publishes first and attaches its
 handler after, and a message that lands in between is dropped; a front end that answers the
-moment it learns of the card (a test client's click, a quick user) would otherwise
+moment it learns of the card (its view's ``shown`` report, a test client's click) would otherwise
 be lost now and then, or queued behind the busy main shell, and the turn would wait for nothing.
 """
 
@@ -33,7 +33,8 @@ __all__ = ["ApprovalCard"]
 class ApprovalCard(anywidget.AnyWidget):
     """One question in a cell. ``request`` (synced) is what is asked; ``decision`` (synced) is
     empty until settled, then ``{"verdict", "text"}``. A front end answers with the custom message
-    ``{"answer": "once" | "session" | "deny", "reason": "..."}``."""
+    ``{"answer": "once" | "session" | "deny", "reason": "..."}``, and says its view rendered with
+    ``{"shown": true}`` (how a kernel tells a person who can click from a headless run)."""
 
     _esm = asset_path("approval_card.js")
     _css = asset_path("approval_card.css")
@@ -63,6 +64,9 @@ class ApprovalCard(anywidget.AnyWidget):
 
     def _on_frontend_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if not isinstance(content, dict):
+            return
+        if content.get("shown"):
+            self._pending.mark_shown()
             return
         answer, reason = content.get("answer"), content.get("reason")
         request = self._pending.request

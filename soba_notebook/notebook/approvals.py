@@ -15,6 +15,11 @@ running the foreground ``%soba`` cell. Once answered, timed out or cancelled, th
 outcome and its buttons are gone. While a question waits, the cell's live line says so
 (:data:`APPROVAL_SETTLED_EVENT` tells the cell when it no longer waits).
 
+A run with no person to click (nbclient, papermill, ``scripts/run_notebook.py``) shows the card to
+no one: a card's view reports ``shown`` when a front end renders it, and a question whose card no
+front end rendered within :data:`SHOWN_WITHIN_S` is denied then, saying how to set the mode, rather
+than after ``tools.approvalTimeoutMs``. Once a card is shown, the timeout is the only bound.
+
 In terminal IPython the kernel thread prints the question and reads one line: ``y`` (once), ``a``
 (for this session), ``n`` (deny; a reason may follow on the same line). It stops reading when the
 question is settled otherwise (timeout, stop), so nothing waits forever. A background turn in a
@@ -36,13 +41,25 @@ from ..agent.approval import ApprovalRequest, Decision
 from ..cancel import CancelToken
 from ..events import Event
 
-__all__ = ["APPROVAL_EVENT", "APPROVAL_SETTLED_EVENT", "ApprovalSlot", "NotebookApprover", "PendingApproval",
-           "decision_text", "parse_answer"]
+__all__ = ["APPROVAL_EVENT", "APPROVAL_SETTLED_EVENT", "SHOWN_WITHIN_S", "ApprovalSlot", "NotebookApprover",
+           "PendingApproval", "decision_text", "headless_reason", "parse_answer"]
 
 #: The queue item (never a bus event: it carries a live object) that asks the cell to show a question.
 APPROVAL_EVENT = "approval_request"
 #: The queue item that says the question of a call (``name``) was settled (``verdict``).
 APPROVAL_SETTLED_EVENT = "approval_settled"
+
+#: How long a card may go without a front end reporting it rendered before the question is denied
+#: as unanswerable (a headless run). Rendering takes well under a second in a live JupyterLab;
+#: the margin is for a loaded machine. Applies only when ``tools.approvalTimeoutMs`` is longer.
+SHOWN_WITHIN_S = 30.0
+
+
+def headless_reason(seconds: float = SHOWN_WITHIN_S) -> str:
+    """Why a question no front end showed was denied (the gate adds how to set the mode)."""
+    return (f"no front end showed the approval card within {seconds:,.0f} s, so no one could answer (a run "
+            f"without a person at a notebook: nbclient, papermill, scripts/run_notebook.py, or a front end "
+            f"without Jupyter widgets)")
 
 _VERDICT_WORDS = {"once": "Allowed once", "session": "Allowed for this session", "deny": "Denied",
                   "timeout": "Denied: no answer in time", "cancelled": "Cancelled: the turn was stopped"}
@@ -79,6 +96,8 @@ class PendingApproval:
     request: ApprovalRequest
     frontend: str
     future: concurrent.futures.Future[Decision] = field(default_factory=concurrent.futures.Future)
+    #: done once a front end rendered the card (its view's ``shown`` report)
+    shown: concurrent.futures.Future[bool] = field(default_factory=concurrent.futures.Future)
     events: Any = None  # the queue of the job's cell (told when the question is settled)
     card: Any = None  # its ApprovalCard, once shown
     settled: Decision | None = None
@@ -88,6 +107,13 @@ class PendingApproval:
         """The user's answer (first one wins; later clicks change nothing)."""
         try:
             self.future.set_result(decision)
+        except concurrent.futures.InvalidStateError:
+            return
+
+    def mark_shown(self) -> None:
+        """A front end rendered the card: a person can answer (later reports change nothing)."""
+        try:
+            self.shown.set_result(True)
         except concurrent.futures.InvalidStateError:
             return
 
@@ -212,7 +238,15 @@ class NotebookApprover:
         with self._lock:
             self._pending[request.call_id] = pending
         events.put(Event(APPROVAL_EVENT, {"pending": pending}))
-        return await asyncio.wrap_future(pending.future)
+        answer = asyncio.wrap_future(pending.future)
+        if self.frontend != "terminal" and request.timeout_s > SHOWN_WITHIN_S:
+            shown = asyncio.wrap_future(pending.shown)
+            either: set[asyncio.Future[Any]] = {answer, shown}
+            await asyncio.wait(either, timeout=SHOWN_WITHIN_S, return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done() and not shown.done():
+                shown.cancel()
+                return Decision("deny", headless_reason(SHOWN_WITHIN_S), by="headless")
+        return await answer
 
     def settle(self, request: ApprovalRequest, decision: Decision) -> None:
         with self._lock:
