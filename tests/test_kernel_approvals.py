@@ -1,10 +1,13 @@
 """Approval cards and the terminal prompt, in a real kernel and a real terminal IPython.
 
 The model is the loopback fake server (a scripted ``shell`` call that would create a marker
-file). A card is answered the way JupyterLab answers it: a ``comm_msg`` to the card's comm (the
-anywidget custom message its buttons send), from the kernel client while the ``%soba`` cell is
-still running (foreground) or after its cell returned (background). The terminal prompt is
-answered on the standard input of a real ``ipython`` process in a pseudo-terminal (pexpect).
+file). A card is answered the way JupyterLab answers it: its view reports ``shown``, then a
+``comm_msg`` to the card's comm (the anywidget custom message its buttons send) once the cell's
+live line says it waits, from the kernel client while the ``%soba`` cell is still running
+(foreground) or after its cell returned (background). A client that never reports ``shown`` is a
+headless run (nbclient). The terminal prompt is answered on the standard input of a real
+``ipython`` process in a pseudo-terminal (pexpect). Every wait is for an event of the cell; the
+deadlines only bound a failure.
 """
 
 from __future__ import annotations
@@ -183,8 +186,8 @@ def test_while_a_card_waits_the_cells_live_line_says_it_waits_for_approval(start
     waiting = [i for i, line in enumerate(seen.lines) if line.startswith("waiting for your approval · shell · ")]
     card = next(i for i, line in enumerate(seen.lines) if line.startswith("SOBA asks to run shell"))
     running = [i for i, line in enumerate(seen.lines) if line.startswith("running shell · ")]
-    assert waiting and waiting[0] < card, seen.lines  # the line said so as the card came
-    assert running and running[-1] > waiting[-1], seen.lines  # and the call ran once answered
+    assert waiting and card < waiting[0], seen.lines  # under the card, the line said it waits
+    assert running and running[-1] > waiting[-1], seen.lines  # and that the call runs once answered
 
 
 _OPEN_ORDER = """

@@ -265,11 +265,15 @@ def test_a_call_waiting_for_approval_says_so_on_the_live_line_and_runs_on_once_a
     renderer.handle(ev("approval_wait", clock.now, name="shell"))
     clock.now += 8
     renderer.tick()
-    assert screen.texts() == ["waiting for your approval · shell · 8 s"]
+    # the card was shown after the call's first line: the line goes on below it, the first is emptied
+    assert screen.texts() == ["", "waiting for your approval · shell · 8 s"]
     renderer.handle(ev("approval_settled", clock.now, name="shell", verdict="once"))
     clock.now += 2
     renderer.tick()
-    assert screen.texts() == ["running shell · 2 s"], "the clock restarts when the call runs"
+    assert screen.texts() == ["", "running shell · 2 s"], "the clock restarts when the call runs"
+    renderer.handle(ev("tool_end", clock.now, call_id="c", name="shell", is_error=False, cancelled=False,
+                       content="3 passed\n[exit code 0]"))
+    assert screen.texts()[1].startswith("[ok] shell"), "the result is under the card that asked"
 
 
 def test_a_terminal_prompt_is_not_overwritten_by_the_live_line() -> None:

@@ -524,8 +524,11 @@ def _render(event: Event, renderer: CellRenderer, slot: ApprovalSlot | None = No
     turn) or a terminal prompt, the live line saying it waits; anything else through ``renderer``."""
     if event.type == APPROVAL_EVENT:
         pending = event.data["pending"]
-        renderer.handle(Event("approval_wait", {"name": pending.request.tool}, event.ts))
+        if renderer.terminal:  # the prompt blocks until answered: the line is off the screen first
+            renderer.handle(Event("approval_wait", {"name": pending.request.tool}, event.ts))
         pending.show(slot)
+        if not renderer.terminal:  # the card first, then the line that says it waits, below it
+            renderer.handle(Event("approval_wait", {"name": pending.request.tool}, event.ts))
     else:
         renderer.handle(event)
 

@@ -10,8 +10,9 @@ is happening now, in one line updated in place (:func:`~soba_notebook.notebook.c
 * ``gpt-4o-mini is thinking · 14 s`` / ``gpt-4o-mini is writing a call to write_file · 20 s``
   while the reply streams something the cell does not print;
 * ``running shell · 3 s`` between ``tool_start`` and ``tool_end``, and
-  ``waiting for your approval · shell · 8 s`` while that call's approval card (or prompt) waits
-  (``approval_wait`` until ``approval_settled``; the controller sends both, :mod:`.approvals`);
+  ``waiting for your approval · shell · 8 s`` while that call's approval card waits, on a line
+  below the card (``approval_wait`` until ``approval_settled``; the controller sends both after
+  showing the card, :mod:`.approvals`); a terminal's prompt says it itself;
 * ``Compacting context · 42% · 8 s`` during a compaction (in a notebook; in a terminal the
   budget display already prints it).
 
@@ -209,6 +210,11 @@ class CellRenderer:
             self._erase()
             return
         self._flush_text()
+        if self._slot is not None:
+            # the call's line was shown before its card; the card is shown now, so the line goes on
+            # below it (and the call's result takes its place there, under the card that asked)
+            self._slot.update({"text/plain": ""}, raw=True)
+            self._slot, self._shown = None, ""
         self._begin(Activity("approval", event.ts, name=name))
 
     def _on_text(self, text: str) -> None:
