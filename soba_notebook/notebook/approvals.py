@@ -197,7 +197,8 @@ def _read_line(stdin: TextIO, future: concurrent.futures.Future[Decision]) -> st
 
 
 class ApprovalSlot:
-    """A box a background cell shows while it runs; a card is put in it later. Setting the box's
+    """A box a background cell shows while it runs; its cards are added to it later, each below the
+    last (a settled card stays, showing its outcome, as in a foreground cell). Setting the box's
     children is a widget state change (a comm message), which reaches the cell in every front end;
     a display *update* with a widget in it is not rendered by JupyterLab in a finished cell."""
 
@@ -209,7 +210,7 @@ class ApprovalSlot:
         display(self._box)
 
     def show(self, card: Any) -> None:
-        self._box.children = (card,)
+        self._box.children = (*self._box.children, card)
 
 
 class NotebookApprover:
