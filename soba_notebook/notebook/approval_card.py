@@ -18,7 +18,6 @@ import anywidget
 import comm
 import traitlets
 from ipywidgets import __protocol_version__  # type: ignore[import-untyped]
-from ipywidgets.widgets.widget import _remove_buffers  # type: ignore[import-untyped]
 
 from ..agent.approval import Decision
 from .busy_comms import answer_while_busy
@@ -53,14 +52,13 @@ class ApprovalCard(anywidget.AnyWidget):
         """ipywidgets' ``open``, in the order that loses no message (module docstring)."""
         if getattr(self, "comm", None) is not None:
             return
-        state, buffer_paths, buffers = _remove_buffers(self.get_state())
+        state = self.get_state()  # JSON only: no trait of the card holds binary buffers
         made = comm.create_comm(target_name="jupyter.widget", primary=False,
                                 **({"comm_id": self._model_id} if self._model_id is not None else {}))
         answer_while_busy(made)
         self.comm = made  # ipywidgets attaches its message handler here
         made.primary = True
-        made.open(data={"state": state, "buffer_paths": buffer_paths}, metadata={"version": __protocol_version__},
-                  buffers=buffers)
+        made.open(data={"state": state, "buffer_paths": []}, metadata={"version": __protocol_version__})
 
     def _on_frontend_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if not isinstance(content, dict):
