@@ -3,13 +3,17 @@
 // Renders the synced `request` trait (soba_notebook.notebook.approvals.ApprovalCard): the tool,
 // the full command or code in a scrollable block (never cut), a diff for writes, and three
 // answers. A click sends {answer: "once" | "session" | "deny", reason} to Python; the `decision`
-// trait, once set, replaces the buttons with the outcome (the card is then static).
+// trait, once set, replaces the buttons with the outcome (the card is then static). Each render
+// reports {shown: true}: a person can see the card (the kernel denies a question no front end
+// showed within a short bound, which is how it tells a headless run, e.g. nbclient).
 //
 // Stable hooks for tests, on the root element (.soba-approval):
 //   data-tool       the tool asked about
+//   data-call       the tool call's id
 //   data-state      "pending" | the verdict (once, session, deny, timeout, cancelled)
 // Buttons: [data-answer="once"], [data-answer="session"], [data-answer="deny"]; the reason
-// field: .soba-approval__reason; the outcome line: .soba-approval__decision.
+// field: .soba-approval__reason; the outcome line: .soba-approval__decision; under a block that
+// scrolls: .soba-approval__more.
 
 function h(tag, className, parent, text) {
   const node = document.createElement(tag);
@@ -21,6 +25,7 @@ function h(tag, className, parent, text) {
 
 function diffBlock(parent, diff) {
   const pre = h("pre", "soba-approval__code soba-approval__diff", parent);
+  pre.dataset.lines = String(diff.replace(/\n$/, "").split("\n").length);
   for (const line of diff.replace(/\n$/, "").split("\n")) {
     let kind = "";
     if (line.startsWith("+++") || line.startsWith("---")) kind = "file";
@@ -29,15 +34,40 @@ function diffBlock(parent, diff) {
     else if (line.startsWith("@@")) kind = "hunk";
     h("span", kind ? `soba-approval__line soba-approval__line--${kind}` : "soba-approval__line", pre, line + "\n");
   }
+  return pre;
+}
+
+// A block taller than its box scrolls; say so under it (scrollbars may be hidden until hovered),
+// so a long command is never taken for a cut one.
+function scrollNote(pre, observers) {
+  const note = document.createElement("div");
+  note.className = "soba-approval__more";
+  note.hidden = true;
+  pre.after(note);
+  const check = () => {
+    const more = pre.scrollHeight > pre.clientHeight + 1;
+    note.hidden = !more;
+    const lines = Number(pre.dataset.lines || 0);
+    note.textContent = more ? `${new Intl.NumberFormat("en-US").format(lines)} lines: scroll the block to read all of it` : "";
+  };
+  if (typeof ResizeObserver !== "undefined") {
+    const observer = new ResizeObserver(check);
+    observer.observe(pre);
+    observers.push(observer);
+  }
+  check();
 }
 
 function render({ model, el }) {
   const box = h("div", "soba-approval", el);
+  const observers = [];
   const draw = () => {
+    for (const observer of observers.splice(0)) observer.disconnect();
     const r = model.get("request") || {};
     const d = model.get("decision") || {};
     box.replaceChildren();
     box.dataset.tool = r.tool || "";
+    box.dataset.call = r.call_id || "";
     box.dataset.state = d.verdict || "pending";
     const head = h("div", "soba-approval__head", box);
     h("span", "soba-approval__title", head, d.verdict ? "SOBA asked to run" : "SOBA asks to run");
@@ -45,10 +75,12 @@ function render({ model, el }) {
     const isEdit = !!r.diff;
     const label = r.tool === "shell" ? "command" : r.tool === "python" ? "code" : "file";
     h("div", "soba-approval__label", box, label);
-    h("pre", "soba-approval__code soba-approval__body", box, r.body || "");
+    const body = h("pre", "soba-approval__code soba-approval__body", box, r.body || "");
+    body.dataset.lines = String((r.body || "").split("\n").length);
+    scrollNote(body, observers);
     if (isEdit) {
       h("div", "soba-approval__label", box, "change");
-      diffBlock(box, r.diff);
+      scrollNote(diffBlock(box, r.diff), observers);
     }
     if (d.verdict) {
       const line = h("div", `soba-approval__decision soba-approval__decision--${d.verdict}`, box, d.text || d.verdict);
@@ -85,7 +117,9 @@ function render({ model, el }) {
   model.on("change:decision", draw);
   model.on("change:request", draw);
   draw();
+  model.send({ shown: true });
   return () => {
+    for (const observer of observers.splice(0)) observer.disconnect();
     model.off("change:decision", draw);
     model.off("change:request", draw);
     box.remove();

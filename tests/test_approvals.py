@@ -251,3 +251,46 @@ def test_a_notebook_edit_asks_with_where_it_goes_and_the_cells_new_source(tmp_pa
     asked = approver.asked[0]
     assert asked.body == "this kernel’s notebook: insert a cell after a1b2"
     assert "+df.plot()" in (asked.diff or "")
+
+
+class _ShowingQueue:
+    """A job's event queue whose front end renders each card the moment it is asked (or never)."""
+
+    def __init__(self, shows: bool) -> None:
+        self.shows, self.items = shows, list[Any]()
+
+    def put(self, event: Any) -> None:
+        self.items.append(event)
+        if self.shows and event.type == "approval_request":
+            event.data["pending"].mark_shown()
+
+
+def test_a_card_no_front_end_rendered_is_denied_after_the_shown_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from soba_notebook.notebook import approvals
+
+    monkeypatch.setattr(approvals, "SHOWN_WITHIN_S", 0.2)
+    events = _ShowingQueue(shows=False)
+    approver = approvals.NotebookApprover("widget", lambda: events)
+    request = ApprovalRequest("c1", "shell", "touch x", None, (), 3_600.0, "ask")
+    decision = asyncio.run(approver.ask(request, CancelToken()))
+    assert (decision.verdict, decision.by) == ("deny", "headless")
+    assert "no front end showed the approval card" in decision.reason
+
+
+def test_once_a_card_is_shown_only_the_timeout_bounds_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    from soba_notebook.notebook import approvals
+
+    monkeypatch.setattr(approvals, "SHOWN_WITHIN_S", 0.05)
+    events = _ShowingQueue(shows=True)
+    approver = approvals.NotebookApprover("widget", lambda: events)
+    request = ApprovalRequest("c1", "shell", "touch x", None, (), 3_600.0, "ask")
+
+    def click_later() -> None:  # a person takes longer than the bound to answer
+        threading.Event().wait(0.5)
+        approver.pending()[0].answer(Decision("once"))
+
+    clicker = threading.Thread(target=click_later)
+    clicker.start()
+    decision = asyncio.run(approver.ask(request, CancelToken()))
+    clicker.join()
+    assert decision.verdict == "once"

@@ -1,10 +1,13 @@
 """Approval cards and the terminal prompt, in a real kernel and a real terminal IPython.
 
 The model is the loopback fake server (a scripted ``shell`` call that would create a marker
-file). A card is answered the way JupyterLab answers it: a ``comm_msg`` to the card's comm (the
-anywidget custom message its buttons send), from the kernel client while the ``%soba`` cell is
-still running (foreground) or after its cell returned (background). The terminal prompt is
-answered on the standard input of a real ``ipython`` process in a pseudo-terminal (pexpect).
+file). A card is answered the way JupyterLab answers it: its view reports ``shown``, then a
+``comm_msg`` to the card's comm (the anywidget custom message its buttons send) once the cell's
+live line says it waits, from the kernel client while the ``%soba`` cell is still running
+(foreground) or after its cell returned (background). A client that never reports ``shown`` is a
+headless run (nbclient). The terminal prompt is answered on the standard input of a real
+``ipython`` process in a pseudo-terminal (pexpect). Every wait is for an event of the cell; the
+deadlines only bound a failure.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import os
 import queue
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,33 +46,72 @@ def _project(tmp_path: Path, server: FakeServer, **tools: Any) -> Path:
     return project
 
 
-def _answer_cards(kernel: Kernel, answers: list[dict[str, Any]], msg_id: str | None,
-                  timeout: float = 180) -> list[dict[str, Any]]:
-    """Read the kernel's output until every answer is sent to a new approval card (in order), and,
-    with ``msg_id``, until that cell is idle; the cards' requests as they were shown."""
-    shown: list[dict[str, Any]] = []
-    idle = msg_id is None
+@dataclass
+class Seen:
+    """What a cell showed while :func:`_follow` read it."""
+
+    cards: list[dict[str, Any]] = field(default_factory=list)  # each card's request, as shown
+    lines: list[str] = field(default_factory=list)  # every text/plain the cell displayed or updated, in order
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+Answer = dict[str, Any] | Callable[[], Any] | None
+
+
+def _follow(kernel: Kernel, msg_id: str, answers: list[Answer], *, until: str | None = None,
+            shown: bool = True, timeout: float = 300) -> Seen:
+    """Read cell ``msg_id``'s output as JupyterLab would, until the cell is idle, every answer was
+    sent and (with ``until``) the cell showed ``until`` (a background turn's summary).
+
+    Each new approval card is reported rendered (the ``shown`` message its view sends; not with
+    ``shown=False``: a headless client) and, once the cell's live line says it waits for that
+    approval, sent the next of ``answers`` the way a click sends it (``None``: left unanswered; a
+    callable: called instead, e.g. the stop button).
+    ``timeout`` only bounds a failure; every wait is for an event of the cell."""
+    seen = Seen()
+    cards: list[str] = []  # comm ids, in order shown
+    answered = 0
+    since = 0  # the cell's output after the last answer: where the next card's waiting line must be
+    idle = False
     deadline = time.monotonic() + timeout
-    while len(shown) < len(answers) or not idle:
-        assert time.monotonic() < deadline, f"cards shown: {shown}"
+
+    def send(comm_id: str, content: dict[str, Any]) -> None:
+        data = {"method": "custom", "content": content}
+        kernel.kc.shell_channel.send(kernel.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": data}))
+
+    while answered < len(answers) or not idle or (until is not None and until not in seen.text()):
+        assert time.monotonic() < deadline, f"cards shown: {seen.cards}; the cell showed: {seen.text()[-3_000:]}"
+        waiting = answered < len(cards) and f"waiting for your approval · {seen.cards[answered]['tool']}" \
+            in "\n".join(seen.lines[since:])
+        if waiting:
+            answer = answers[answered]
+            if callable(answer):
+                answer()
+            elif answer is not None:
+                send(cards[answered], answer)
+            answered, since = answered + 1, len(seen.lines)
         try:
-            msg = kernel.kc.get_iopub_msg(timeout=1)
+            msg = kernel.kc.get_iopub_msg(timeout=0.2)
         except queue.Empty:
             continue
-        content = msg["content"]
-        if msg["msg_type"] == "status" and msg["parent_header"].get("msg_id") == msg_id \
-                and content["execution_state"] == "idle":
-            idle = True
-        state = content.get("data", {}).get("state", {}) if msg["msg_type"] == "comm_open" else {}
+        content, kind = msg["content"], msg["msg_type"]
+        if kind == "status" and msg["parent_header"].get("msg_id") == msg_id:
+            idle = idle or content["execution_state"] == "idle"
+        elif kind in ("display_data", "update_display_data", "stream") \
+                and msg["parent_header"].get("msg_id") == msg_id:
+            seen.lines.append(content["text"] if kind == "stream" else content["data"].get("text/plain", ""))
+        state = content.get("data", {}).get("state", {}) if kind == "comm_open" else {}
         if isinstance(state.get("request"), dict) and state["request"].get("tool"):
-            shown.append(state["request"])
-            data = {"method": "custom", "content": answers[len(shown) - 1]}
-            kernel.kc.shell_channel.send(kernel.kc.session.msg("comm_msg", {"comm_id": content["comm_id"],
-                                                                            "data": data}))
-    if msg_id is not None:
+            seen.cards.append(state["request"])
+            cards.append(content["comm_id"])
+            if shown:
+                send(content["comm_id"], {"shown": True})
+    while True:  # its reply (a reply to an earlier cell nobody read may come first)
         reply = kernel.kc.get_shell_msg(timeout=30)
-        assert reply["parent_header"]["msg_id"] == msg_id
-    return shown
+        if reply["parent_header"]["msg_id"] == msg_id:
+            return seen
 
 
 def _tool_results(project: Path) -> list[str]:
@@ -102,7 +146,7 @@ def test_a_card_denied_during_a_foreground_turn_never_runs_the_command(started: 
     kernel, project = started()
     _touch_then_reply(fake_server, TOUCH)
     msg_id = kernel.submit("%soba make the marker")
-    (shown,) = _answer_cards(kernel, [{"answer": "deny", "reason": "not now"}], msg_id)
+    (shown,) = _follow(kernel, msg_id, [{"answer": "deny", "reason": "not now"}]).cards
     assert shown["body"] == TOUCH and shown["rule"] == "shell: touch …"
     assert not (project / "marker.txt").exists()
     assert _tool_results(project) == ["denied by the user: not now"]
@@ -114,7 +158,7 @@ def test_allow_once_runs_and_a_session_rule_allows_the_next_matching_command_onl
     kernel, project = started()
     _touch_then_reply(fake_server, "touch one.txt", "touch two.txt", "mkdir three")
     msg_id = kernel.submit("%soba make files")
-    shown = _answer_cards(kernel, [{"answer": "session"}, {"answer": "deny"}], msg_id)
+    shown = _follow(kernel, msg_id, [{"answer": "session"}, {"answer": "deny"}]).cards
     assert [card["body"] for card in shown] == ["touch one.txt", "mkdir three"]  # two.txt: by the rule
     assert (project / "one.txt").exists() and (project / "two.txt").exists() and not (project / "three").exists()
     assert _approvals(project) == [("session", "user"), ("once", "rule"), ("deny", "user")]
@@ -126,23 +170,79 @@ def test_a_card_in_a_background_turn_is_answered_while_the_kernel_is_idle(starte
                                                                           fake_server: FakeServer) -> None:
     kernel, project = started()
     _touch_then_reply(fake_server, TOUCH)
-    status, text = kernel.run("%%soba --background\nmake the marker")
-    assert status == "ok", text
-    (shown,) = _answer_cards(kernel, [{"answer": "once"}], None)
-    assert shown["body"] == TOUCH
-    deadline = time.monotonic() + 120
-    while len(_tool_results(project)) < 1:
-        assert time.monotonic() < deadline, "the background turn never ran the command"
-        time.sleep(0.2)
+    msg_id = kernel.submit("%%soba --background\nmake the marker")
+    seen = _follow(kernel, msg_id, [{"answer": "once"}], until="After this turn")  # the board's summary
+    (shown,) = seen.cards
+    assert shown["body"] == TOUCH and "running in the background" in seen.text()
     assert (project / "marker.txt").exists() and _approvals(project) == [("once", "user")]
+
+
+def test_while_a_card_waits_the_cells_live_line_says_it_waits_for_approval(started: Any,
+                                                                          fake_server: FakeServer) -> None:
+    kernel, _project = started()
+    _touch_then_reply(fake_server, TOUCH)
+    msg_id = kernel.submit("%soba make the marker")
+    seen = _follow(kernel, msg_id, [{"answer": "once"}])
+    waiting = [i for i, line in enumerate(seen.lines) if line.startswith("waiting for your approval · shell · ")]
+    card = next(i for i, line in enumerate(seen.lines) if line.startswith("SOBA asks to run shell"))
+    running = [i for i, line in enumerate(seen.lines) if line.startswith("running shell · ")]
+    assert waiting and card < waiting[0], seen.lines  # under the card, the line said it waits
+    assert running and running[-1] > waiting[-1], seen.lines  # and that the call runs once answered
+
+
+_OPEN_ORDER = """
+from ipykernel.comm.comm import BaseComm
+from soba_notebook.agent.approval import ApprovalRequest
+from soba_notebook.notebook.approval_card import ApprovalCard
+from soba_notebook.notebook.approvals import PendingApproval
+from soba_notebook.notebook.busy_comms import soba_subshell
+
+at_open = []
+publish = BaseComm.publish_msg
+def recording(self, msg_type, *args, **kwargs):
+    if msg_type == "comm_open" and "request" in (kwargs.get("data") or {}).get("state", {}):  # the card's
+        # what a message arriving right after this would find
+        at_open.append((self._msg_callback is not None, self._reply_subshell_for(None, None) == soba_subshell()))
+    return publish(self, msg_type, *args, **kwargs)
+BaseComm.publish_msg = recording
+try:
+    ApprovalCard(PendingApproval(ApprovalRequest("c1", "shell", "touch x", None, (), 300.0), "widget"))
+finally:
+    BaseComm.publish_msg = publish
+print("AT_OPEN", at_open)
+"""
+
+
+def test_a_cards_comm_is_pinned_and_handled_before_the_front_end_can_learn_of_it(started: Any) -> None:
+    """A front end (or this file's client) may answer the instant the ``comm_open`` arrives: by
+    then the comm must have its handler and be routed to SOBA's subshell, or the answer is dropped
+    (a background turn) or queued behind the busy cell (a foreground one) and the turn waits."""
+    kernel, _project = started()
+    status, text = kernel.run(_OPEN_ORDER)
+    assert status == "ok" and "AT_OPEN [(True, True)]" in text, text
+
+
+def test_a_card_no_front_end_shows_is_denied_long_before_the_timeout_saying_how_to_set_the_mode(
+        started: Any, fake_server: FakeServer) -> None:
+    """nbclient and papermill run a kernel with no one to click: the card's view never reports it
+    rendered, so the call is denied after SHOWN_WITHIN_S, not after tools.approvalTimeoutMs."""
+    kernel, project = started(approvalTimeoutMs=3_600_000)  # an hour: the test would fail long before
+    _touch_then_reply(fake_server, TOUCH)
+    msg_id = kernel.submit("%soba make the marker")
+    seen = _follow(kernel, msg_id, [None], shown=False)
+    assert len(seen.cards) == 1 and not (project / "marker.txt").exists()
+    (result,) = _tool_results(project)
+    assert "no front end showed the approval card" in result and "%soba approval never" in result, result
+    assert _approvals(project) == [("deny", "headless")]
 
 
 def test_no_answer_denies_after_the_timeout_saying_how_to_set_the_mode(started: Any,
                                                                        fake_server: FakeServer) -> None:
     kernel, project = started(approvalTimeoutMs=1_500)
     _touch_then_reply(fake_server, TOUCH)
-    status, text = kernel.run("%soba make the marker")
-    assert status == "ok", text
+    msg_id = kernel.submit("%soba make the marker")
+    (shown,) = _follow(kernel, msg_id, [None]).cards  # shown in a front end, never answered
+    assert shown["timeout_s"] == 1.5
     assert not (project / "marker.txt").exists()
     (result,) = _tool_results(project)
     assert "no answer" in result and "%soba approval never" in result
@@ -153,12 +253,7 @@ def test_the_stop_button_cancels_a_pending_card(started: Any, fake_server: FakeS
     kernel, project = started()
     _touch_then_reply(fake_server, TOUCH)
     msg_id = kernel.submit("%soba make the marker")
-    deadline = time.monotonic() + 120
-    while "SOBA asks" not in "".join(kernel._texts.get(msg_id, [])):  # the card's text/plain
-        assert time.monotonic() < deadline, kernel._texts.get(msg_id)
-        kernel._pump()
-    kernel.km.interrupt_kernel()
-    _status, _text = kernel.wait(msg_id)
+    _follow(kernel, msg_id, [kernel.km.interrupt_kernel])  # pressed while the card waits
     assert not (project / "marker.txt").exists()
     assert _approvals(project) == [("cancelled", "user")]
     assert "cancelled" in _tool_results(project)[0]

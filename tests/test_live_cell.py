@@ -256,3 +256,32 @@ def test_a_final_failure_names_the_servers_reason(tmp_path: Path, fake_server: F
     assert result.outcome == "failed"
     assert "Automatic streaming tool choice is not supported" in state.snapshot()["last_error"]
     assert state.snapshot()["notice"] is None
+
+
+def test_a_call_waiting_for_approval_says_so_on_the_live_line_and_runs_on_once_answered() -> None:
+    clock = Clock()
+    renderer, screen = notebook(clock)
+    renderer.handle(ev("tool_start", call_id="c", name="shell", arguments={"command": "pytest"}))
+    renderer.handle(ev("approval_wait", clock.now, name="shell"))
+    clock.now += 8
+    renderer.tick()
+    # the card was shown after the call's first line: the line goes on below it, the first is emptied
+    assert screen.texts() == ["", "waiting for your approval · shell · 8 s"]
+    renderer.handle(ev("approval_settled", clock.now, name="shell", verdict="once"))
+    clock.now += 2
+    renderer.tick()
+    assert screen.texts() == ["", "running shell · 2 s"], "the clock restarts when the call runs"
+    renderer.handle(ev("tool_end", clock.now, call_id="c", name="shell", is_error=False, cancelled=False,
+                       content="3 passed\n[exit code 0]"))
+    assert screen.texts()[1].startswith("[ok] shell"), "the result is under the card that asked"
+
+
+def test_a_terminal_prompt_is_not_overwritten_by_the_live_line() -> None:
+    clock, written = Clock(), list[str]()
+    renderer = CellRenderer("terminal", written.append, clock=clock, ansi=True)
+    renderer.handle(ev("tool_start", call_id="c", name="shell", arguments={"command": "pytest"}))
+    renderer.handle(ev("approval_wait", clock.now, name="shell"))
+    written.clear()
+    clock.now += 5
+    renderer.tick()
+    assert written == [], "the prompt on standard input is what waits; nothing is rewritten under it"

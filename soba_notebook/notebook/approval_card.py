@@ -2,6 +2,12 @@
 
 Kept apart from :mod:`.approvals` so importing the notebook layer does not import anywidget
 until a question is shown. What it shows and how a click travels: see :mod:`.approvals`.
+
+The card opens its comm itself (:meth:`ApprovalCard.open`): pinned to SOBA's subshell and with its
+handlers attached *before* the ``comm_open`` goes out. ipywidgets publishes first and attaches its
+handler after, and a message that lands in between is dropped; a front end that answers the
+moment it learns of the card (its view's ``shown`` report, a test client's click) would otherwise
+be lost now and then, or queued behind the busy main shell, and the turn would wait for nothing.
 """
 
 from __future__ import annotations
@@ -9,9 +15,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import anywidget
+import comm
 import traitlets
+from ipywidgets import __protocol_version__  # type: ignore[import-untyped]
 
 from ..agent.approval import Decision
+from .busy_comms import answer_while_busy
 from .widget import asset_path
 
 if TYPE_CHECKING:
@@ -23,7 +32,8 @@ __all__ = ["ApprovalCard"]
 class ApprovalCard(anywidget.AnyWidget):
     """One question in a cell. ``request`` (synced) is what is asked; ``decision`` (synced) is
     empty until settled, then ``{"verdict", "text"}``. A front end answers with the custom message
-    ``{"answer": "once" | "session" | "deny", "reason": "..."}``."""
+    ``{"answer": "once" | "session" | "deny", "reason": "..."}``, and says its view rendered with
+    ``{"shown": true}`` (how a kernel tells a person who can click from a headless run)."""
 
     _esm = asset_path("approval_card.js")
     _css = asset_path("approval_card.css")
@@ -33,13 +43,28 @@ class ApprovalCard(anywidget.AnyWidget):
 
     def __init__(self, pending: PendingApproval, **kwargs: Any) -> None:
         r = pending.request
+        self._pending = pending
+        self.on_msg(self._on_frontend_msg)  # before the comm opens (module docstring)
         super().__init__(request={"tool": r.tool, "body": r.body, "diff": r.diff or "", "rule": r.rule_text,
                                   "timeout_s": r.timeout_s, "call_id": r.call_id}, **kwargs)
-        self._pending = pending
-        self.on_msg(self._on_frontend_msg)
+
+    def open(self) -> None:
+        """ipywidgets' ``open``, in the order that loses no message (module docstring)."""
+        if getattr(self, "comm", None) is not None:
+            return
+        state = self.get_state()  # JSON only: no trait of the card holds binary buffers
+        made = comm.create_comm(target_name="jupyter.widget", primary=False,
+                                **({"comm_id": self._model_id} if self._model_id is not None else {}))
+        answer_while_busy(made)
+        self.comm = made  # ipywidgets attaches its message handler here
+        made.primary = True
+        made.open(data={"state": state, "buffer_paths": []}, metadata={"version": __protocol_version__})
 
     def _on_frontend_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if not isinstance(content, dict):
+            return
+        if content.get("shown"):
+            self._pending.mark_shown()
             return
         answer, reason = content.get("answer"), content.get("reason")
         request = self._pending.request

@@ -12,7 +12,13 @@ tool, the full command or code (scrollable, never cut), a diff for writes, and *
 **Allow for this session** (naming the rule it adds) and **Deny** with an optional reason. Its comm
 is pinned to SOBA's subshell (:mod:`.busy_comms`), so a click is handled while the kernel is busy
 running the foreground ``%soba`` cell. Once answered, timed out or cancelled, the card shows the
-outcome and its buttons are gone.
+outcome and its buttons are gone. While a question waits, the cell's live line says so
+(:data:`APPROVAL_SETTLED_EVENT` tells the cell when it no longer waits).
+
+A run with no person to click (nbclient, papermill, ``scripts/run_notebook.py``) shows the card to
+no one: a card's view reports ``shown`` when a front end renders it, and a question whose card no
+front end rendered within :data:`SHOWN_WITHIN_S` is denied then, saying how to set the mode, rather
+than after ``tools.approvalTimeoutMs``. Once a card is shown, the timeout is the only bound.
 
 In terminal IPython the kernel thread prints the question and reads one line: ``y`` (once), ``a``
 (for this session), ``n`` (deny; a reason may follow on the same line). It stops reading when the
@@ -35,13 +41,26 @@ from ..agent.approval import ApprovalRequest, Decision
 from ..agent.approval_gate import mode_hint
 from ..cancel import CancelToken
 from ..events import Event
-from .busy_comms import answer_while_busy
 
-__all__ = ["APPROVAL_EVENT", "ApprovalSlot", "NotebookApprover", "PendingApproval",
-           "decision_text", "parse_answer"]
+__all__ = ["APPROVAL_EVENT", "APPROVAL_SETTLED_EVENT", "SHOWN_WITHIN_S", "ApprovalSlot", "NotebookApprover",
+           "PendingApproval", "decision_text", "headless_reason", "parse_answer"]
 
 #: The queue item (never a bus event: it carries a live object) that asks the cell to show a question.
 APPROVAL_EVENT = "approval_request"
+#: The queue item that says the question of a call (``name``) was settled (``verdict``).
+APPROVAL_SETTLED_EVENT = "approval_settled"
+
+#: How long a card may go without a front end reporting it rendered before the question is denied
+#: as unanswerable (a headless run). Rendering takes well under a second in a live JupyterLab;
+#: the margin is for a loaded machine. Applies only when ``tools.approvalTimeoutMs`` is longer.
+SHOWN_WITHIN_S = 30.0
+
+
+def headless_reason(seconds: float = SHOWN_WITHIN_S) -> str:
+    """Why a question no front end showed was denied (the gate adds how to set the mode)."""
+    return (f"no front end showed the approval card within {seconds:,.0f} s, so no one could answer (a run "
+            f"without a person at a notebook: nbclient, papermill, scripts/run_notebook.py, or a front end "
+            f"without Jupyter widgets)")
 
 _VERDICT_WORDS = {"once": "Allowed once", "session": "Allowed for this session", "deny": "Denied",
                   "timeout": "Denied: no answer in time", "cancelled": "Cancelled: the turn was stopped"}
@@ -78,6 +97,9 @@ class PendingApproval:
     request: ApprovalRequest
     frontend: str
     future: concurrent.futures.Future[Decision] = field(default_factory=concurrent.futures.Future)
+    #: done once a front end rendered the card (its view's ``shown`` report)
+    shown: concurrent.futures.Future[bool] = field(default_factory=concurrent.futures.Future)
+    events: Any = None  # the queue of the job's cell (told when the question is settled)
     card: Any = None  # its ApprovalCard, once shown
     settled: Decision | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -86,6 +108,13 @@ class PendingApproval:
         """The user's answer (first one wins; later clicks change nothing)."""
         try:
             self.future.set_result(decision)
+        except concurrent.futures.InvalidStateError:
+            return
+
+    def mark_shown(self) -> None:
+        """A front end rendered the card: a person can answer (later reports change nothing)."""
+        try:
+            self.shown.set_result(True)
         except concurrent.futures.InvalidStateError:
             return
 
@@ -98,6 +127,8 @@ class PendingApproval:
             self.future.cancel()
         if card is not None:
             card.decision = {"verdict": decision.verdict, "text": decision_text(decision)}
+        if self.events is not None:
+            self.events.put(Event(APPROVAL_SETTLED_EVENT, {"name": self.request.tool, "verdict": decision.verdict}))
 
     def show(self, slot: ApprovalSlot | None = None, *, stdin: TextIO | None = None) -> None:
         """Show the question: a card (in ``slot``, or appended to the running cell), or the
@@ -107,8 +138,7 @@ class PendingApproval:
             return
         from .approval_card import ApprovalCard
 
-        card = ApprovalCard(self)
-        answer_while_busy(card.comm)  # pinned at once: a click must reach it while the cell is busy
+        card = ApprovalCard(self)  # its comm pinned to SOBA's subshell: a click lands while the cell is busy
         with self._lock:
             self.card = card
             settled = self.settled
@@ -171,7 +201,8 @@ def _read_line(stdin: TextIO, future: concurrent.futures.Future[Decision]) -> st
 
 
 class ApprovalSlot:
-    """A box a background cell shows while it runs; a card is put in it later. Setting the box's
+    """A box a background cell shows while it runs; its cards are added to it later, each below the
+    last (a settled card stays, showing its outcome, as in a foreground cell). Setting the box's
     children is a widget state change (a comm message), which reaches the cell in every front end;
     a display *update* with a widget in it is not rendered by JupyterLab in a finished cell."""
 
@@ -183,7 +214,7 @@ class ApprovalSlot:
         display(self._box)
 
     def show(self, card: Any) -> None:
-        self._box.children = (card,)
+        self._box.children = (*self._box.children, card)
 
 
 class NotebookApprover:
@@ -208,11 +239,19 @@ class NotebookApprover:
         if self.frontend == "terminal" and self._background(events):
             return Decision("deny", "a background turn in terminal IPython cannot ask (the prompt owns standard "
                                     "input); run the turn in the foreground to be asked", by="headless")
-        pending = PendingApproval(request, self.frontend)
+        pending = PendingApproval(request, self.frontend, events=events)
         with self._lock:
             self._pending[request.call_id] = pending
         events.put(Event(APPROVAL_EVENT, {"pending": pending}))
-        return await asyncio.wrap_future(pending.future)
+        answer = asyncio.wrap_future(pending.future)
+        if self.frontend != "terminal" and request.timeout_s > SHOWN_WITHIN_S:
+            shown = asyncio.wrap_future(pending.shown)
+            either: set[asyncio.Future[Any]] = {answer, shown}
+            await asyncio.wait(either, timeout=SHOWN_WITHIN_S, return_when=asyncio.FIRST_COMPLETED)
+            if not answer.done() and not shown.done():
+                shown.cancel()
+                return Decision("deny", headless_reason(SHOWN_WITHIN_S), by="headless")
+        return await answer
 
     def settle(self, request: ApprovalRequest, decision: Decision) -> None:
         with self._lock:

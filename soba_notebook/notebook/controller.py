@@ -526,9 +526,14 @@ def _drain(events: queue.Queue[Event], renderer: CellRenderer) -> None:
 
 def _render(event: Event, renderer: CellRenderer, slot: ApprovalSlot | None = None) -> None:
     """One event of a job into its cell: a question as a card (in ``slot`` for a background
-    turn) or a terminal prompt; anything else through ``renderer``."""
+    turn) or a terminal prompt, the live line saying it waits; anything else through ``renderer``."""
     if event.type == APPROVAL_EVENT:
-        event.data["pending"].show(slot)
+        pending = event.data["pending"]
+        if renderer.terminal:  # the prompt blocks until answered: the line is off the screen first
+            renderer.handle(Event("approval_wait", {"name": pending.request.tool}, event.ts))
+        pending.show(slot)
+        if not renderer.terminal:  # the card first, then the line that says it waits, below it
+            renderer.handle(Event("approval_wait", {"name": pending.request.tool}, event.ts))
     else:
         renderer.handle(event)
 

@@ -9,7 +9,10 @@ is happening now, in one line updated in place (:func:`~soba_notebook.notebook.c
   last retry's plain-words note after it while the request is retried;
 * ``gpt-4o-mini is thinking · 14 s`` / ``gpt-4o-mini is writing a call to write_file · 20 s``
   while the reply streams something the cell does not print;
-* ``running shell · 3 s`` between ``tool_start`` and ``tool_end``;
+* ``running shell · 3 s`` between ``tool_start`` and ``tool_end``, and
+  ``waiting for your approval · shell · 8 s`` while that call's approval card waits, on a line
+  below the card (``approval_wait`` until ``approval_settled``; the controller sends both after
+  showing the card, :mod:`.approvals`); a terminal's prompt says it itself;
 * ``Compacting context · 42% · 8 s`` during a compaction (in a notebook; in a terminal the
   budget display already prints it).
 
@@ -42,7 +45,7 @@ __all__ = ["MIN_INTERVAL", "Activity", "ActivityKind", "CellRenderer"]
 #: The fewest seconds between two updates of the live line that were not forced by a new activity.
 MIN_INTERVAL = 0.25
 
-ActivityKind = Literal["waiting", "thinking", "tool_call", "running", "compacting"]
+ActivityKind = Literal["waiting", "thinking", "tool_call", "running", "approval", "compacting"]
 
 _CLEAR_LINE = "\r\x1b[2K"
 
@@ -67,6 +70,8 @@ class Activity:
             return f"{progress_text(self.percent, self.trigger)} · {waited}"
         if self.kind == "running":
             return f"running {self.name or 'a tool'} · {waited}"
+        if self.kind == "approval":
+            return f"waiting for your approval · {self.name or 'a tool'} · {waited}"
         if self.kind == "thinking":
             line = f"{model} is thinking · {waited}"
         elif self.kind == "tool_call":
@@ -126,6 +131,12 @@ class CellRenderer:
                 args = json.dumps(event.get("arguments", {}), ensure_ascii=False)
                 self._out(f"\n→ {event['name']}({args[:200]})\n")
             self._begin(Activity("running", event.ts, name=str(event.get("name") or "")))
+        elif kind == "approval_wait":
+            self._on_approval_wait(event)
+        elif kind == "approval_settled":
+            if self.activity is not None and self.activity.kind == "approval":
+                # answered (or timed out): the call runs now, or its denial ends it at once
+                self._begin(Activity("running", event.ts, name=self.activity.name))
         elif kind == "tool_end":
             status = "cancelled" if event.get("cancelled") else ("error" if event.get("is_error") else "ok")
             changes = event.get("notebook") if status == "ok" else None
@@ -191,6 +202,20 @@ class CellRenderer:
             self._show(force=True)
         elif self.activity is None:
             self._begin(Activity("waiting", self._request_since or event.ts, self._model, note=note))
+
+    def _on_approval_wait(self, event: Event) -> None:
+        name = str(event.get("name") or "")
+        if self.terminal:  # the prompt itself says what waits; a line rewritten under it would garble it
+            self.activity = None
+            self._erase()
+            return
+        self._flush_text()
+        if self._slot is not None:
+            # the call's line was shown before its card; the card is shown now, so the line goes on
+            # below it (and the call's result takes its place there, under the card that asked)
+            self._slot.update({"text/plain": ""}, raw=True)
+            self._slot, self._shown = None, ""
+        self._begin(Activity("approval", event.ts, name=name))
 
     def _on_text(self, text: str) -> None:
         self.text += text
