@@ -12,7 +12,7 @@ call is never separated from its result, nor a batch of parallel calls from any 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 from ..session.context import context_start
@@ -39,12 +39,20 @@ def valid_boundaries(entries: Sequence[Entry]) -> tuple[list[int], bool]:
     abandoned (an aborted reply in an imported session) and no result can follow; before that
     its result may still be coming, so the cut may not pass it.
     """
-    roles = [e.role for e in entries]  # read once: this runs over the whole context at every compaction
-    answered = {e.tool_call_id for e, role in zip(entries, roles, strict=True) if role == "tool" and e.tool_call_id}
+    answered = {e.tool_call_id for e in entries if e.role == "tool" and e.tool_call_id}
+    return scan_boundaries(entries, answered, set(), 0)
+
+
+def scan_boundaries(entries: Sequence[Entry], answered: Container[str], open_calls: set[str],
+                    start: int) -> tuple[list[int], bool]:
+    """The walk of :func:`valid_boundaries` from ``start`` (0, or a user message where
+    ``open_calls`` are the calls still waiting for a result that comes later): the valid
+    boundaries at ``start`` and after, and whether the end is one. ``open_calls`` is consumed."""
     valid: list[int] = []
-    open_calls: set[str] = set()  # calls whose result comes later in entries
     unanswered: set[str] = set()  # calls with no result anywhere in entries
-    for i, (e, role) in enumerate(zip(entries, roles, strict=True)):
+    for i in range(start, len(entries)):
+        e = entries[i]
+        role = e.role
         if role == "user":
             unanswered.clear()
         if i > 0 and not open_calls and not unanswered and role != "tool" and e.is_model_input:

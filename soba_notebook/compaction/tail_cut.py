@@ -28,30 +28,15 @@ from collections.abc import Sequence
 
 from ..session.entries import Entry
 from ..session.tool_index import ToolCallIndex
+from .planner import scan_boundaries
 
 __all__ = ["tail_cut_point"]
 
 
 def _walk(entries: Sequence[Entry], index: ToolCallIndex, start: int) -> tuple[list[int], bool]:
     """Valid boundaries at ``start`` and after, and whether the end is one: ``start`` is 0 or a
-    user message. The loop of :func:`~.planner.valid_boundaries`, begun in the state it has there."""
-    answered = index.answered
-    open_calls = index.open_at(start) if start > 0 else set()
-    unanswered: set[str] = set()
-    valid: list[int] = []
-    for i in range(start, len(entries)):
-        e = entries[i]
-        role = e.role
-        if role == "user":
-            unanswered.clear()
-        if i > 0 and not open_calls and not unanswered and role != "tool" and e.is_model_input:
-            valid.append(i)
-        if role == "assistant":
-            for call_id in e.tool_call_ids:
-                (open_calls if call_id in answered else unanswered).add(call_id)
-        elif role == "tool":
-            open_calls.discard(e.tool_call_id or "")
-    return valid, not open_calls and not unanswered
+    user message. The reference's own loop, begun in the state it has there."""
+    return scan_boundaries(entries, index.answered, index.open_at(start) if start > 0 else set(), start)
 
 
 def tail_cut_point(entries: Sequence[Entry], cum: Sequence[int], index: ToolCallIndex, keep_recent_tokens: int, *,
