@@ -42,7 +42,9 @@ from soba_notebook.providers.base import ModelRequest, ModelResponse
 #: the small window of the soak: a compaction every few turns
 CONFIG = {"model": {"contextWindow": 16000, "maxOutputTokens": 1000},
           "compaction": {"safetyReserveTokens": 1000, "keepRecentTokens": 3000, "minTokensForAutoCompact": 4000,
-                         "minReclaimableTokens": 1000}}
+                         "minReclaimableTokens": 1000},
+          # unattended: no one answers an approval, and the soak measures the agent, not the questions
+          "tools": {"approval": "never"}}
 
 
 class ReplayedShell(ToolRegistry):
