@@ -106,7 +106,9 @@ def test_the_agent_edits_the_open_notebook_in_place_during_a_foreground_turn(
     (root / ".soba").mkdir(parents=True)
     (root / ".soba" / "config.json").write_text(json.dumps({"model": {
         "provider": "openai", "model": "gpt-4o-mini", "baseUrl": fake_server.openai_base_url,
-        "apiKeyEnv": "SOBA_TEST_KEY", "contextWindow": 128000, "maxOutputTokens": 4000}}))
+        "apiKeyEnv": "SOBA_TEST_KEY", "contextWindow": 128000, "maxOutputTokens": 4000},
+        # the quickstart's own `%soba approval never` cell is skipped here (its setup cell too)
+        "tools": {"approval": "never"}}))
     fake_server.handler = _model
     home = tmp_path / "home"
     home.mkdir()

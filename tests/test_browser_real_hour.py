@@ -143,7 +143,8 @@ def _tool_results_per_turn(project: Path) -> list[int]:
 
 def _lab_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
+    (home / ".soba").mkdir(parents=True, exist_ok=True)
+    (home / ".soba" / "config.json").write_text('{"tools": {"approval": "never"}}')  # no one answers cards here
     return {"HOME": str(home), "NO_PROXY": "*", **extra}
 
 
