@@ -225,4 +225,5 @@ def project_config(server: LocalServer | LlamaServer, **compaction: object) -> d
         "compaction": {"safetyReserveTokens": 256, "keepRecentTokens": 600, "minTokensForAutoCompact": 2400,
                        "minReclaimableTokens": 300, "minSavingsRatio": 0.1, "timeoutMs": deadline_ms, **compaction},
         "agent": {"maxStepsPerTurn": 4, "maxRepeatedToolCalls": 2},
+        "tools": {"approval": "never"},  # the tier checks the model protocol; no one answers questions here
     }
