@@ -61,7 +61,7 @@ def _project(tmp_path: Path, server: Server) -> Path:
     (project / ".soba").mkdir(parents=True)
     # no compaction here: every request's prompt is the transcript's own, one turn after another
     config = {**project_config(server, auto=False, compactOnTurnComplete=False),
-              "tools": {"workspace": str(project)}}
+              "tools": {"workspace": str(project), "approval": "never"}}
     (project / ".soba" / "config.json").write_text(json.dumps(config))
     (project / "calc.py").write_text(CALC)
     return project

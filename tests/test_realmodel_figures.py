@@ -65,7 +65,8 @@ def idle_server(server: LocalServer) -> Iterator[None]:
 def _project(tmp_path: Path, config: dict[str, Any]) -> Path:
     project = tmp_path / "project"
     (project / ".soba").mkdir(parents=True)
-    (project / ".soba" / "config.json").write_text(json.dumps({**config, "tools": {"workspace": str(project)}}))
+    tools = {"workspace": str(project), "approval": "never"}
+    (project / ".soba" / "config.json").write_text(json.dumps({**config, "tools": tools}))
     (project / "calc.py").write_text(CALC)
     return project
 

@@ -50,7 +50,7 @@ def _project(tmp_path: Path, server: LlamaServer, **model: object) -> Path:
     project = tmp_path / "project"
     (project / ".soba").mkdir(parents=True)
     base = project_config(server)
-    config = {**base, "model": {**base["model"], **model}, "tools": {"workspace": str(project)}}
+    config = {**base, "model": {**base["model"], **model}, "tools": {"workspace": str(project), "approval": "never"}}
     (project / ".soba" / "config.json").write_text(json.dumps(config))
     return project
 
