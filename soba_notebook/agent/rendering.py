@@ -36,6 +36,10 @@ MIN_SPANS = 3
 MIN_TOOL_TOKENS = 40
 #: a hypothesis is adopted when its squared error is under this share of the other's
 CLEAR = 0.5
+#: the most a ``"`` can cost beyond itself: an entity (``&#34;``, ``&quot;``) of at most six
+#: characters, one token each at worst. A fit wanting more is explaining another difference that
+#: comes with the quotes (a span whose tool result always follows the same quoted call), not them.
+MAX_QUOTE_TOKENS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +76,8 @@ def measure_span(entries: Iterable[Entry], counter: TokenCounter, grown: int) ->
 
 
 def _fit(spans: Sequence[Span], rendered: bool) -> tuple[float, float]:
-    """``(k, squared error)`` of ``grown ≈ r·base + k·quotes`` (``k >= 0``), base counting the
-    tool results' content or not."""
+    """``(k, squared error)`` of ``grown ≈ r·base + k·quotes`` (``0 <= k <= MAX_QUOTE_TOKENS``),
+    base counting the tool results' content or not."""
     base = [s.counted - (0 if rendered else s.tool) for s in spans]
     quotes = [s.quotes for s in spans]
     grown = [s.grown for s in spans]
@@ -87,6 +91,9 @@ def _fit(spans: Sequence[Span], rendered: bool) -> tuple[float, float]:
     if k <= 0:
         k = 0.0
         r = gb / bb if bb else 1.0
+    elif k > MAX_QUOTE_TOKENS:  # the best r with k held at the most a quote can cost
+        k = MAX_QUOTE_TOKENS
+        r = (gb - k * bq) / bb if bb else 1.0
     else:
         r = (gb * qq - bq * gq) / det
     error = sum((g - r * b - k * q) ** 2 for g, b, q in zip(grown, base, quotes, strict=True))
