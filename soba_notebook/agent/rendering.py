@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 from ..budget import BudgetTracker
 from ..session.entries import Entry
+from ..session.store import SessionStore
 from ..tokens import MESSAGE_OVERHEAD, TokenCounter
 
-__all__ = ["SPANS", "RenderingLearner", "Span", "decide", "measure_span"]
+__all__ = ["SPANS", "RenderingLearner", "Span", "decide", "measure_span", "relearn_rendering"]
 
 #: how many recent spans a decision rests on
 SPANS = 20
@@ -163,3 +164,34 @@ class RenderingLearner:
             return False
         rendered, quote_tokens = decision
         return self.counter.set_rendering(tool_results_rendered=rendered, quote_tokens=quote_tokens)
+
+
+def relearn_rendering(store: SessionStore, learner: RenderingLearner) -> bool:
+    """Replay into ``learner`` the spans of the last :data:`SPANS` replies on ``store``'s path
+    that follow another reply with reported usage on the same context, as the live agent took
+    them (that reply and the entries after it, against the growth of the reported prompt).
+
+    A reopened session counts as the kernel that wrote it did: the counter's rendering lived only
+    in memory, and the calibration relearned from the transcript (``relearn.py``) is only the old
+    one when the entries are counted alike. ``True`` when the counter now counts differently.
+    """
+    path = store.path_ids()
+    replies: list[int] = []
+    low = len(path)
+    while low > 0 and len(replies) <= SPANS:
+        low -= 1
+        entry = store.get(path[low])
+        if entry.role == "assistant" and entry.usage is not None and entry.usage.reported:
+            replies.append(low)
+    latest: dict[str, int] = {}
+    changed = False
+    for pos in reversed(replies):  # oldest first
+        entry = store.get(path[pos])
+        key = entry.message.get("contextKey") or "root"
+        before = latest.get(key)
+        previous = store.get(path[before]).usage if before is not None else None
+        if before is not None and previous is not None and previous.prompt_tokens > 0 and entry.usage is not None:
+            span = [store.get(entry_id) for entry_id in path[before:pos]]
+            changed = learner.observe(span, entry.usage.prompt_tokens - previous.prompt_tokens) or changed
+        latest[key] = pos
+    return changed
