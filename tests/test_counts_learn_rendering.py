@@ -18,6 +18,9 @@ from agent_support import make_agent
 from fakeserver import FakeServer
 from fakeserver import fake_server_fixture as fake_server_fixture  # the fixture
 
+from soba_notebook.agent.loop import Agent
+from soba_notebook.agent.rendering import Span, decide
+from soba_notebook.session.store import SessionStore
 from soba_notebook.tokens import MESSAGE_OVERHEAD, TOOL_CALL_OVERHEAD, TokenCounter
 
 COUNTER = TokenCounter("gpt-4o-mini")
@@ -85,3 +88,22 @@ def test_a_server_that_renders_every_message_as_sent_keeps_the_plain_count(tmp_p
     errors, counter = figures(tmp_path, fake_server, drops_tool_results=False)
     assert counter.tool_results_rendered is True and counter.quote_tokens == 0.0
     assert max(abs(e) for e in errors[1:]) <= 0.02, [f"{e:+.1%}" for e in errors]
+
+
+def test_tool_content_that_always_comes_with_quoted_arguments_is_not_explained_as_escaped_quotes() -> None:
+    """The same read_file step repeated: every span with a tool result also has the call's four
+    quotes, so "tool results dropped, each quote 192 tokens" fits as well as "rendered as sent".
+    No template's escape of a ``"`` costs that much: the server renders everything, as sent."""
+    spans = [Span(660, 638, 4, 809), Span(14, 0, 0, 26), Span(660, 638, 4, 809), Span(14, 0, 0, 25),
+             Span(660, 638, 4, 810)]
+    assert decide(spans) == (True, 0.0)
+
+
+def test_a_reopened_session_counts_as_the_server_renders_as_the_agent_that_wrote_it_did(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    _, counter = figures(tmp_path, fake_server, drops_tool_results=True)
+    old = next(iter((tmp_path / "project" / ".soba" / "sessions").iterdir()))
+    agent, _, _ = make_agent(tmp_path / "again", "openai", fake_server.openai_base_url, model={"model": "gpt-4o-mini"})
+    fresh = Agent(SessionStore.open(old), agent.config, agent.provider, workspace=agent.workspace)
+    assert counter.tool_results_rendered is False and counter.quote_tokens >= 3.0
+    assert (fresh.counter.tool_results_rendered, fresh.counter.quote_tokens) == (False, counter.quote_tokens)

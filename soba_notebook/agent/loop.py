@@ -75,7 +75,7 @@ from ..tokens import MESSAGE_OVERHEAD, TokenCounter
 from .approval import Approver
 from .approval_gate import ApprovalGate
 from .confine import check_workspace_root
-from .rendering import RenderingLearner
+from .rendering import RenderingLearner, relearn_rendering
 from .skills import SkillRegistry
 from .tools import ToolContext, ToolRegistry, default_tools
 from .turn_notes import canonical_arguments, internal_error, known_window, retry_payload
@@ -166,13 +166,15 @@ class Agent:
         self.turn_note: Callable[[], str | None] | None = None
         self._provider_prepared = False
         self._refresh_base_tokens()
+        #: what the server renders, learned from its replies (agent/rendering.py)
+        self._rendering = RenderingLearner(self.counter)
         if not self.counter.calibration.samples(self.counter.model):  # a reopened session: its usage
+            if relearn_rendering(store, self._rendering):  # counted as the old agent counted, first
+                self.engine.tracker.invalidate()
             relearned = relearn_calibration(store, self.counter, base_tokens=self.engine.base_tokens,
                                             capsule_tokens=self.engine.capsule_tokens)
             self.engine.tracker.anchor = relearned.anchor
         self._request_context: tuple[int, str] = (0, "root")
-        #: what the server renders, learned from its replies (agent/rendering.py)
-        self._rendering = RenderingLearner(self.counter)
         self._request_span: tuple[list[Entry], int] | None = None
 
     # -- set-up ------------------------------------------------------------------------------

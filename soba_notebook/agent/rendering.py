@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 from ..budget import BudgetTracker
 from ..session.entries import Entry
+from ..session.store import SessionStore
 from ..tokens import MESSAGE_OVERHEAD, TokenCounter
 
-__all__ = ["SPANS", "RenderingLearner", "Span", "decide", "measure_span"]
+__all__ = ["SPANS", "RenderingLearner", "Span", "decide", "measure_span", "relearn_rendering"]
 
 #: how many recent spans a decision rests on
 SPANS = 20
@@ -36,6 +37,10 @@ MIN_SPANS = 3
 MIN_TOOL_TOKENS = 40
 #: a hypothesis is adopted when its squared error is under this share of the other's
 CLEAR = 0.5
+#: the most a ``"`` can cost beyond itself: an entity (``&#34;``, ``&quot;``) of at most six
+#: characters, one token each at worst. A fit wanting more is explaining another difference that
+#: comes with the quotes (a span whose tool result always follows the same quoted call), not them.
+MAX_QUOTE_TOKENS = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +77,8 @@ def measure_span(entries: Iterable[Entry], counter: TokenCounter, grown: int) ->
 
 
 def _fit(spans: Sequence[Span], rendered: bool) -> tuple[float, float]:
-    """``(k, squared error)`` of ``grown ≈ r·base + k·quotes`` (``k >= 0``), base counting the
-    tool results' content or not."""
+    """``(k, squared error)`` of ``grown ≈ r·base + k·quotes`` (``0 <= k <= MAX_QUOTE_TOKENS``),
+    base counting the tool results' content or not."""
     base = [s.counted - (0 if rendered else s.tool) for s in spans]
     quotes = [s.quotes for s in spans]
     grown = [s.grown for s in spans]
@@ -87,6 +92,9 @@ def _fit(spans: Sequence[Span], rendered: bool) -> tuple[float, float]:
     if k <= 0:
         k = 0.0
         r = gb / bb if bb else 1.0
+    elif k > MAX_QUOTE_TOKENS:  # the best r with k held at the most a quote can cost
+        k = MAX_QUOTE_TOKENS
+        r = (gb - k * bq) / bb if bb else 1.0
     else:
         r = (gb * qq - bq * gq) / det
     error = sum((g - r * b - k * q) ** 2 for g, b, q in zip(grown, base, quotes, strict=True))
@@ -156,3 +164,34 @@ class RenderingLearner:
             return False
         rendered, quote_tokens = decision
         return self.counter.set_rendering(tool_results_rendered=rendered, quote_tokens=quote_tokens)
+
+
+def relearn_rendering(store: SessionStore, learner: RenderingLearner) -> bool:
+    """Replay into ``learner`` the spans of the last :data:`SPANS` replies on ``store``'s path
+    that follow another reply with reported usage on the same context, as the live agent took
+    them (that reply and the entries after it, against the growth of the reported prompt).
+
+    A reopened session counts as the kernel that wrote it did: the counter's rendering lived only
+    in memory, and the calibration relearned from the transcript (``relearn.py``) is only the old
+    one when the entries are counted alike. ``True`` when the counter now counts differently.
+    """
+    path = store.path_ids()
+    replies: list[int] = []
+    low = len(path)
+    while low > 0 and len(replies) <= SPANS:
+        low -= 1
+        entry = store.get(path[low])
+        if entry.role == "assistant" and entry.usage is not None and entry.usage.reported:
+            replies.append(low)
+    latest: dict[str, int] = {}
+    changed = False
+    for pos in reversed(replies):  # oldest first
+        entry = store.get(path[pos])
+        key = entry.message.get("contextKey") or "root"
+        before = latest.get(key)
+        previous = store.get(path[before]).usage if before is not None else None
+        if before is not None and previous is not None and previous.prompt_tokens > 0 and entry.usage is not None:
+            span = [store.get(entry_id) for entry_id in path[before:pos]]
+            changed = learner.observe(span, entry.usage.prompt_tokens - previous.prompt_tokens) or changed
+        latest[key] = pos
+    return changed
