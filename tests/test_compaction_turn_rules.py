@@ -132,6 +132,34 @@ def test_overflow_recovery_whose_model_capsule_would_not_shrink_the_request_aims
     assert retry < rejected
 
 
+def test_overflow_recovery_measures_the_rejected_request_as_the_server_counts_it_and_retries_once(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    """A server that counts the request half again as large as SOBA's calibrated estimate (its
+    reported prompt anchors the budget check): the retry budget is the rejected request in those
+    same units, so the recovery's capsule fits under it and the one retry is sent. (Sized by the
+    calibrated estimate instead, the budget was under the recovery's own measure of any
+    continuation: the recovery failed and nothing was resent.)"""
+    agent, provider, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url,
+                                    compaction={"keepRecentTokens": 200, "timeoutMs": 5000})
+    q = fake_server.openai
+    for i in range(3):
+        q.enqueue(tool_calls=[{"id": f"w{i}", "name": "write_file",
+                               "arguments": {"path": f"f{i}.txt", "content": "y " * 300}}])
+    q.enqueue(text="ok")
+    fake_server.handler = lambda path, body: {"text": '{"goal": "g"}'} if is_summary_request(body) \
+        else {"text": "fine"}
+    asyncio.run(agent.run_turn("write files"))
+    estimate = agent.counter.calibrated(agent.engine.tracker.estimate_raw())
+    reported = next(e.usage for e in reversed(agent.store.path()) if e.role == "assistant").prompt_tokens
+    assert reported > estimate * 1.2, "the server counts more than SOBA's calibrated estimate"
+    q.enqueue_overflow()
+    before = len([r for r in provider.sent if r.purpose == "agent"])
+    result = asyncio.run(agent.run_turn("and now?"))
+    assert result.outcome == "completed" and result.text == "fine", result
+    assert len([r for r in provider.sent if r.purpose == "agent"]) - before == 2, "the rejected request and one retry"
+    assert [c.data["trigger"] for c in agent.store.entries() if c.type == "capsule"] == ["context_overflow"]
+
+
 def test_overflow_retry_budget_is_under_the_rejected_size_and_the_provider_stated_limit() -> None:
     assert retry_budget(1161) == 1160
     # the provider said 131,072 against a 128,000 limit: the retry must shed that share too, and

@@ -412,8 +412,10 @@ class Agent:
                             temperature=self.config.model.temperature, estimated_input_tokens=estimate)
 
     def _request_tokens(self, request: ModelRequest) -> int:
+        # in the units the recovery compaction measures in (its budget and the retry's size)
         return request_tokens(self.counter, self._sent_system(request.system, request.tools),
-                              self._rendered_tools(request.tools), request.messages)
+                              self._rendered_tools(request.tools), request.messages,
+                              sized=self.engine.tracker.sized)
 
     async def _infer(self, request: ModelRequest, cancel: CancelToken, inference: int = 1) -> ModelResponse | None:
         streamed: list[str] = []

@@ -6,15 +6,17 @@ but leaves the request as large as the rejected one (a capsule bigger than what 
 such a failure: :func:`retry_budget` says how large the retry may be, :func:`retry_refusal` why
 it may not be sent. Pure functions; they know no provider.
 
-Sizes are SOBA's own calibrated estimates. When the provider's error states its limit and what
-the request came to, the limit is converted into the same units by that ratio (the provider
-may count differently, and some count the reserved completion as well).
+Sizes are SOBA's estimates in the budget check's units (:func:`request_tokens` with the
+tracker's ``sized``: anchored on the server's latest reported prompt), the units the recovery
+compaction measures its result in. When the provider's error states its limit and what the
+request came to, the limit is converted into the same units by that ratio (the provider may
+count differently, and some count the reserved completion as well).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..tokens import MESSAGE_OVERHEAD, TokenCounter
@@ -77,9 +79,17 @@ def retry_refusal(retry: int, budget: int, rejected: int) -> str | None:
             f"was not resent")
 
 
-def request_tokens(counter: TokenCounter, system: str, tools: Iterable[Any],
-                   messages: Iterable[Mapping[str, Any]]) -> int:
-    """SOBA's calibrated estimate of one whole request."""
+def request_tokens(counter: TokenCounter, system: str, tools: Iterable[Any], messages: Iterable[Mapping[str, Any]],
+                   *, sized: Callable[[int], int] | None = None) -> int:
+    """SOBA's estimate of one whole request: ``sized`` applied to its raw count (the budget
+    tracker's, anchored on the server's latest reported prompt), else the calibrated count.
+
+    The raw count is the tracker's own (system prompt with its message overhead, tools, messages
+    with the reply priming), so the anchor's difference is exact. Without ``sized`` the figure
+    is in other units than the recovery compaction's: where the server counts the system prompt
+    and tools unlike the calibration (issue 22), a budget of the rejected request's calibrated
+    size was less than the compaction's own measure of any continuation, and the recovery failed.
+    """
     raw = (counter.count_text(system) + (MESSAGE_OVERHEAD if system else 0) + counter.count_tools(tools)
            + counter.count_messages(messages))
-    return counter.calibrated(raw)
+    return sized(raw) if sized is not None else counter.calibrated(raw)
