@@ -175,7 +175,11 @@ def test_timeout_ms_aborts_a_real_summary_request_and_a_degraded_capsule_is_buil
 
     async def scenario() -> Any:
         try:
-            await agent.run_turn("Read the file calc.py")
+            # history a capsule shortens whatever the server renders of tool results (llama-cpp-python
+            # drops them, and SOBA now counts as it renders): a long first request. Too little
+            # history and the explicit compact is rightly skipped (a capsule never grows the context).
+            await agent.run_turn("Read the file calc.py. " + "Some background on this project: it is a small "
+                                 "calculator with add and subtract, kept tiny on purpose for the tests. " * 30)
             await agent.run_turn("Now list the files")
             return await agent.compact()
         finally:
