@@ -48,7 +48,7 @@ from ..errors import SessionError
 from ..session.entries import Entry
 from ..session.store import BatchEntryError, SessionStore
 from ._common import Converted, ImportLog, Planned
-from .detect import FORMATS, detect_format, detect_format_of
+from .detect import FORMATS, detect_format, detect_format_and_document
 from .fleet import FolderImport, import_transcripts, transcript_files
 
 __all__ = [
@@ -134,13 +134,14 @@ def import_transcript_with_report(source_path: str | os.PathLike[str], sessions_
     except OSError as exc:
         raise SessionError(f"{source}: cannot read transcript ({exc.strerror})") from None
     name = str(source)
+    doc: Any = None  # the whole JSON document, when detection parsed it: never parsed twice
     if format is None:
-        format = detect_format_of(data, name)
+        format, doc = detect_format_and_document(data, name)
     elif format not in FORMATS:
         raise SessionError(f"{source}: unknown import format {format!r}; expected one of {', '.join(FORMATS)}")
     digest = hashlib.sha256(data).hexdigest()
     log = ImportLog(name)
-    converted = _convert(format, data, name, log)
+    converted = _convert(format, data, name, log, doc)
     meta: dict[str, Any] = {"importedFrom": {"path": str(source.resolve()), "format": format, "sha256": digest}}
     if converted.info:
         meta["importedInfo"] = dict(converted.info)
@@ -158,7 +159,7 @@ def import_transcript_with_report(source_path: str | os.PathLike[str], sessions_
     return store.file, report
 
 
-def _convert(format: str, data: bytes, name: str, log: ImportLog) -> Converted:
+def _convert(format: str, data: bytes, name: str, log: ImportLog, doc: Any) -> Converted:
     if format == "pi":
         from .pi import convert_pi
 
@@ -169,7 +170,7 @@ def _convert(format: str, data: bytes, name: str, log: ImportLog) -> Converted:
         return convert_claude_code(data, name, log)
     from .openai_messages import convert_openai_format
 
-    return convert_openai_format(format, data, name, log)
+    return convert_openai_format(format, data, name, log, doc=doc)
 
 
 # -- writing ------------------------------------------------------------------------------------
