@@ -329,13 +329,17 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
         stack.extend((c, False) for c in reversed(children.get(e.id, [])))
     calls = unpaired = 0
     for e in entries:
-        if e.role != "assistant":
-            continue
-        for call in e.tool_calls:
+        # the raw call dicts, read as ToolCall.from_json would: building ToolCall values for every
+        # imported call cost more than the walk itself, and only an unpaired call's name is needed
+        raw_calls = e.message.get("toolCalls") if e.role == "assistant" else None
+        for raw in raw_calls or ():
+            if not isinstance(raw, Mapping):
+                continue
             calls += 1
-            if (e.id, call.id) not in answered:
+            call_id = str(raw.get("id", ""))
+            if (e.id, call_id) not in answered:
                 unpaired += 1
                 log.problem(where_by_id.get(e.id or "", log.name),
-                            f"tool call {call.id!r} ({call.name}) has no result in the source; kept, no "
-                            f"result invented")
+                            f"tool call {call_id!r} ({raw.get('name', '')!s}) has no result in the source; "
+                            f"kept, no result invented")
     return calls, results, unpaired, orphans
