@@ -48,7 +48,7 @@ from ..errors import SessionError
 from ..session.entries import Entry
 from ..session.store import BatchEntryError, SessionStore
 from ._common import Converted, ImportLog, Planned
-from .detect import FORMATS, detect_format, detect_format_of
+from .detect import FORMATS, detect_format, detect_format_and_document
 from .fleet import FolderImport, import_transcripts, transcript_files
 
 __all__ = [
@@ -134,13 +134,14 @@ def import_transcript_with_report(source_path: str | os.PathLike[str], sessions_
     except OSError as exc:
         raise SessionError(f"{source}: cannot read transcript ({exc.strerror})") from None
     name = str(source)
+    doc: Any = None  # the whole JSON document, when detection parsed it: never parsed twice
     if format is None:
-        format = detect_format_of(data, name)
+        format, doc = detect_format_and_document(data, name)
     elif format not in FORMATS:
         raise SessionError(f"{source}: unknown import format {format!r}; expected one of {', '.join(FORMATS)}")
     digest = hashlib.sha256(data).hexdigest()
     log = ImportLog(name)
-    converted = _convert(format, data, name, log)
+    converted = _convert(format, data, name, log, doc)
     meta: dict[str, Any] = {"importedFrom": {"path": str(source.resolve()), "format": format, "sha256": digest}}
     if converted.info:
         meta["importedInfo"] = dict(converted.info)
@@ -158,7 +159,7 @@ def import_transcript_with_report(source_path: str | os.PathLike[str], sessions_
     return store.file, report
 
 
-def _convert(format: str, data: bytes, name: str, log: ImportLog) -> Converted:
+def _convert(format: str, data: bytes, name: str, log: ImportLog, doc: Any) -> Converted:
     if format == "pi":
         from .pi import convert_pi
 
@@ -169,7 +170,7 @@ def _convert(format: str, data: bytes, name: str, log: ImportLog) -> Converted:
         return convert_claude_code(data, name, log)
     from .openai_messages import convert_openai_format
 
-    return convert_openai_format(format, data, name, log)
+    return convert_openai_format(format, data, name, log, doc=doc)
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -328,13 +329,17 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
         stack.extend((c, False) for c in reversed(children.get(e.id, [])))
     calls = unpaired = 0
     for e in entries:
-        if e.role != "assistant":
-            continue
-        for call in e.tool_calls:
+        # the raw call dicts, read as ToolCall.from_json would: building ToolCall values for every
+        # imported call cost more than the walk itself, and only an unpaired call's name is needed
+        raw_calls = e.message.get("toolCalls") if e.role == "assistant" else None
+        for raw in raw_calls or ():
+            if not isinstance(raw, Mapping):
+                continue
             calls += 1
-            if (e.id, call.id) not in answered:
+            call_id = str(raw.get("id", ""))
+            if (e.id, call_id) not in answered:
                 unpaired += 1
                 log.problem(where_by_id.get(e.id or "", log.name),
-                            f"tool call {call.id!r} ({call.name}) has no result in the source; kept, no "
-                            f"result invented")
+                            f"tool call {call_id!r} ({raw.get('name', '')!s}) has no result in the source; "
+                            f"kept, no result invented")
     return calls, results, unpaired, orphans

@@ -50,15 +50,17 @@ from .jsonl_reader import array_element_lines, read_jsonl
 __all__ = ["convert_openai_format"]
 
 
-def convert_openai_format(format: str, data: bytes, name: str, log: ImportLog) -> Converted:
-    """Convert a ``mini_swe_agent``, ``swe_agent`` or ``openai_messages`` source."""
+def convert_openai_format(format: str, data: bytes, name: str, log: ImportLog, *, doc: Any = None) -> Converted:
+    """Convert a ``mini_swe_agent``, ``swe_agent`` or ``openai_messages`` source; ``doc`` is the
+    whole document when format detection already parsed it (the same text, so the same value)."""
     text = data.decode("utf-8", errors="replace").lstrip("\ufeff")
-    try:
-        doc: Any = json.loads(text)
-    except ValueError as exc:
-        if format != "openai_messages":
-            raise _not_json(name, exc) from None
-        doc = None
+    if doc is None:
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            if format != "openai_messages":
+                raise _not_json(name, exc) from None
+            doc = None
     info: dict[str, Any] = {}
     lines: list[int] = []
     if doc is None:  # JSON Lines of messages
