@@ -57,7 +57,9 @@ class Run:
         (self.project / ".soba").mkdir(parents=True)
         config = project_config(server)
         config["model"] = {**config["model"], "maxOutputTokens": MAX_OUTPUT}
-        config["tools"] = {"workspace": str(self.project), "approval": "never"}
+        # the code word needs reading only: the prompt holds the read tools, as a read-only agent's would
+        config["tools"] = {"workspace": str(self.project), "approval": "never", "allowShell": False,
+                           "allowPython": False, "allowWrite": False}
         (self.project / ".soba" / "config.json").write_text(json.dumps(config))
         (self.project / "code.txt").write_text(f"The code word is {self.word}.\n")
         handle = open_agent(self.project, new=True)
