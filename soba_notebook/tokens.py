@@ -239,7 +239,10 @@ class TokenCounter:
             for call in calls:
                 if isinstance(call, Mapping):
                     total += TOOL_CALL_OVERHEAD + self.count_text(str(call.get("name", "")))
-                    arguments = json.dumps(call.get("arguments", {}), ensure_ascii=False, separators=(",", ":"))
+                    # what the wire sends: the model's own text when it was not a JSON object
+                    raw = call.get("rawArguments")
+                    arguments = raw if raw.__class__ is str else json.dumps(
+                        call.get("arguments", {}), ensure_ascii=False, separators=(",", ":"))
                     total += self.count_text(arguments)
                     if self.quote_tokens:
                         total += round(self.quote_tokens * arguments.count('"'))

@@ -23,8 +23,10 @@ from kernel_support import Kernel
 from realmodel_support import IDLE_WAIT_LIMIT, LocalServer, project_config, running_server
 
 from soba_notebook.agent.project import open_agent
+from soba_notebook.agent.tools import default_tools
 from soba_notebook.cancel import CancelToken
 from soba_notebook.compaction.extract import extract_facts
+from soba_notebook.config import ToolsConfig
 from soba_notebook.flight import read_flight_records
 from soba_notebook.session import SessionStore, list_sessions
 from soba_notebook.session.context import pair_problems
@@ -69,8 +71,8 @@ def _model_input(store: SessionStore) -> list[Any]:
 
 
 SERVER_RAN_PAST_ITS_CONTEXT = "the server ran past its own context"
-TOOL_NAMES = {"read_file", "write_file", "edit_file", "list_files", "glob", "grep", "shell", "python", "recall",
-              "checkpoint", "activate_skill", "deactivate_skill", "variables"}
+#: the tools the agent offers (a stale list here once lagged behind new tools)
+TOOL_NAMES = set(default_tools(ToolsConfig()).names())
 
 
 def test_real_model_turns_in_a_kernel_call_tools_report_usage_calibrate_and_summarize_into_a_valid_capsule(

@@ -50,6 +50,18 @@ def test_message_count_includes_tool_call_name_arguments_and_overhead() -> None:
     assert with_call > bare + counter.count_text('{"path":"src/parser.py"}')
 
 
+def test_a_call_whose_arguments_were_not_json_is_counted_as_the_text_the_wire_sends() -> None:
+    # Found in a fresh-clone CI run: the 135M model wrote 600 characters of prose as a grep call's
+    # arguments; the wire sends that text back (``rawArguments``), the count charged ``{}``, and
+    # the next request was 7% over SOBA's figure.
+    counter = TokenCounter("gpt-4o")
+    raw = '{"pattern": "The file has been written.&#34;}\nfunctions.shell:\n' + "some prose the model wrote " * 20
+    call = ToolCall("c1", "grep", {}, raw_arguments=raw)
+    with_raw = counter.count_entry(assistant_message("", [call]))
+    empty = counter.count_entry(assistant_message("", [ToolCall("c2", "grep", {})]))
+    assert with_raw - empty == counter.count_text(raw) - counter.count_text("{}")
+
+
 def test_images_are_charged_a_fixed_estimate() -> None:
     counter = TokenCounter("gpt-4o")
     plain = Entry("message", {"message": {"role": "user", "content": "look"}}, id="a")
