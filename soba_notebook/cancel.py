@@ -8,9 +8,11 @@ on the runtime's event loop, check :attr:`CancelToken.cancelled` before every ir
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+from typing import Any
 
-__all__ = ["CancelToken"]
+__all__ = ["CancelToken", "abandon"]
 
 
 class CancelToken:
@@ -30,3 +32,13 @@ class CancelToken:
         """Returns once cancelled (polls: the setter may be on any thread, with no loop at hand)."""
         while not self._event.is_set():
             await asyncio.sleep(poll_seconds)
+
+
+async def abandon(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` if it is still running and wait until it has unwound, so nothing it holds
+    (a model request, a prompt) outlives the step that gave up on it; what it raises is dropped:
+    the caller already decided the outcome (a timeout, a cancel, the first of two to finish)."""
+    if not task.done():
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task

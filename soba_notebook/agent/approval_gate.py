@@ -19,13 +19,12 @@ in) a call that would ask is denied at once, with a message saying how to set th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import difflib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, abandon
 from ..config import ToolsConfig
 from ..errors import SobaError
 from ..session.entries import Entry, ToolCall
@@ -176,10 +175,7 @@ class ApprovalGate:
             await asyncio.wait({task, waiter}, timeout=request.timeout_s, return_when=asyncio.FIRST_COMPLETED)
         finally:
             waiter.cancel()
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+            await abandon(task)
         if task.done() and not task.cancelled() and task.exception() is None and not cancel.cancelled:
             decision = task.result()
         elif cancel.cancelled:

@@ -17,7 +17,6 @@ naming the exception and where it was raised, its open tool calls answered, ``tu
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..cancel import CancelToken
+from ..cancel import CancelToken, abandon
 from ..compaction import CompactionEngine, CompactionOutcome, ModelSummarizer, Trigger, TurnState
 from ..compaction.overflow import overflow_figures, request_tokens, retry_budget, retry_refusal
 from ..compaction.summarize import SummaryCall, capsule_schema
@@ -449,9 +448,7 @@ class Agent:
         finally:
             waiter.cancel()
         if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await abandon(task)
             self._record_partial(request, streamed, "cancelled")
             return None
         try:

@@ -25,7 +25,6 @@ under, :class:`~soba_notebook.errors.CompactionFailed` is raised and no request 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import secrets
@@ -35,7 +34,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..budget import BudgetCheck, BudgetTracker
-from ..cancel import CancelToken
+from ..cancel import CancelToken, abandon
 from ..config import SobaConfig
 from ..errors import CompactionFailed, StaleLeafError, TurnCancelled
 from ..events import EventBus
@@ -532,9 +531,7 @@ class CompactionEngine:
         finally:
             waiter.cancel()
         if task not in done:
-            task.cancel()  # abort the model request: timeout or cancellation
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await abandon(task)  # abort the model request: timeout or cancellation
             if cancel.cancelled:
                 return fallback, "degraded", "cancelled", 0
             progress("summarize", 80)
