@@ -189,8 +189,18 @@ def test_timeout_ms_aborts_a_real_summary_request_and_a_degraded_capsule_is_buil
 
     log_before = len(server.log_text())
     outcome = asyncio.run(scenario())
-    assert outcome.outcome == "completed" and outcome.quality == "degraded", outcome
-    assert "exceeded timeoutMs" in (outcome.reason or ""), outcome.reason
+    # The first compaction that asks the model is the one the rule is about: usually the explicit
+    # one, but a 135M model sometimes grows the second turn past the auto threshold, and then the
+    # auto compaction meets the timeout and the explicit one rightly finds nothing old enough left
+    # (fresh-clone CI run 6). Either way a real summary request was cut at timeoutMs.
+    records = [r for r in read_flight_records(project / ".soba" / "flight.jsonl") if r.get("kind") == "compaction"]
+    completed = [r for r in records if r.get("outcome") == "completed"]
+    assert completed, (outcome, [r.get("reason") for r in records])
+    first = completed[0]
+    assert first["quality"] == "degraded", (first, outcome)
+    assert "exceeded timeoutMs" in (first.get("reason") or ""), first.get("reason")
+    capsules = [e for e in agent.store.entries() if e.type == "capsule"]
+    assert capsules and capsules[0].data["quality"] == "degraded", [c.data for c in capsules]
     # The server notices the abort at its next token, which on a busy machine may come long after
     # (it may still be reading the prompt). Only the log is watched: a request to the server would
     # itself interrupt the stream and print the same line.
