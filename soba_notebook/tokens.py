@@ -35,9 +35,11 @@ __all__ = [
     "REPLY_PRIMING",
     "Calibration",
     "TokenCounter",
+    "arguments_as_sent",
     "encoding_for_model",
     "encoding_name_for_model",
     "load_encoding",
+    "template_escapes",
 ]
 
 #: Tokens every chat message costs beyond its content (role and separators), per OpenAI's format.
@@ -46,6 +48,26 @@ MESSAGE_OVERHEAD = 3
 REPLY_PRIMING = 3
 #: Fixed estimate for one image block (providers bill images by size; we do not see pixels here).
 IMAGE_TOKENS = 1_000
+#: What a chat template that HTML-escapes its text rewrites (Jinja/markupsafe: ``&`` ``<`` ``>``
+#: ``'`` ``"``; llama-cpp-python's ``chatml-function-calling`` does so to call arguments).
+_ESCAPED = ('"', "&", "'", "<", ">")
+
+
+def arguments_as_sent(call: Mapping[str, Any]) -> str:
+    """A stored call's arguments as the wire sends them back: the model's own text when it was
+    not a JSON object (``rawArguments``), else the JSON object."""
+    raw = call.get("rawArguments")
+    if raw.__class__ is str:
+        return str(raw)
+    return json.dumps(call.get("arguments", {}), ensure_ascii=False, separators=(",", ":"))
+
+
+def template_escapes(text: str) -> int:
+    """How many characters of ``text`` an HTML-escaping template turns into entities (a model
+    that copies ``&#34;`` into its next call makes ``&`` as common as ``"``)."""
+    return sum(text.count(c) for c in _ESCAPED)
+
+
 #: Tokens per tool-call wrapper (type, id, function name field) beyond name and arguments.
 TOOL_CALL_OVERHEAD = 8
 
@@ -198,8 +220,9 @@ class TokenCounter:
         self._entry_cache: dict[str, int] = {}
         #: what the server renders of a conversation, as learned from its replies
         #: (:mod:`soba_notebook.agent.rendering`): whether a tool result's content reaches the
-        #: prompt at all, and the extra tokens each ``"`` in a call's arguments costs (a template
-        #: that HTML-escapes them as ``&#34;``, llama-cpp-python's ``chatml-function-calling``)
+        #: prompt at all, and the extra tokens each ``"`` (or other escaped character, see
+        #: :func:`template_escapes`) in a call's arguments costs (a template that HTML-escapes them
+        #: as ``&#34;``, llama-cpp-python's ``chatml-function-calling``)
         self.tool_results_rendered = True
         self.quote_tokens = 0.0
 
@@ -239,13 +262,10 @@ class TokenCounter:
             for call in calls:
                 if isinstance(call, Mapping):
                     total += TOOL_CALL_OVERHEAD + self.count_text(str(call.get("name", "")))
-                    # what the wire sends: the model's own text when it was not a JSON object
-                    raw = call.get("rawArguments")
-                    arguments = raw if raw.__class__ is str else json.dumps(
-                        call.get("arguments", {}), ensure_ascii=False, separators=(",", ":"))
+                    arguments = arguments_as_sent(call)
                     total += self.count_text(arguments)
                     if self.quote_tokens:
-                        total += round(self.quote_tokens * arguments.count('"'))
+                        total += round(self.quote_tokens * template_escapes(arguments))
         if get("role") == "tool":
             total += self.count_text(str(get("name", ""))) + 2
         thinking = get("thinking")

@@ -62,6 +62,19 @@ def test_a_call_whose_arguments_were_not_json_is_counted_as_the_text_the_wire_se
     assert with_raw - empty == counter.count_text(raw) - counter.count_text("{}")
 
 
+def test_on_an_escaping_server_every_character_its_template_turns_into_an_entity_costs_extra() -> None:
+    # A 135M model copies the ``&#34;`` it saw into its next call; llama-cpp-python then renders
+    # that ``&`` as ``&amp;`` (fresh-clone CI run 6: a request 4.8% over the estimate).
+    counter = TokenCounter("gpt-4o")
+    counter.set_rendering(tool_results_rendered=True, quote_tokens=2.0)
+    raw = '{ "path": "calc.py&#34;, <x> \'y\' }'
+    with_raw = counter.count_entry(assistant_message("", [ToolCall("c1", "read_file", {}, raw_arguments=raw)]))
+    plain = TokenCounter("gpt-4o").count_entry(
+        assistant_message("", [ToolCall("c1", "read_file", {}, raw_arguments=raw)]))
+    # 3 quotes, 1 ampersand, 2 angle brackets, 2 apostrophes
+    assert with_raw - plain == round(2.0 * 8)
+
+
 def test_images_are_charged_a_fixed_estimate() -> None:
     counter = TokenCounter("gpt-4o")
     plain = Entry("message", {"message": {"role": "user", "content": "look"}}, id="a")

@@ -18,7 +18,6 @@ renders (:meth:`~soba_notebook.tokens.TokenCounter.set_rendering`).
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from ..budget import BudgetTracker
 from ..session.entries import Entry
 from ..session.store import SessionStore
-from ..tokens import MESSAGE_OVERHEAD, TokenCounter
+from ..tokens import MESSAGE_OVERHEAD, TokenCounter, arguments_as_sent, template_escapes
 
 __all__ = ["SPANS", "RenderingLearner", "Span", "decide", "measure_span", "relearn_rendering"]
 
@@ -68,8 +67,8 @@ def measure_span(entries: Iterable[Entry], counter: TokenCounter, grown: int) ->
             counted += MESSAGE_OVERHEAD + content
             continue
         n = counter.count_message(message)
-        for call in entry.tool_calls:
-            q = json.dumps(dict(call.arguments), ensure_ascii=False, separators=(",", ":")).count('"')
+        for call in message.get("toolCalls") or ():
+            q = template_escapes(arguments_as_sent(call))
             quotes += q
             n -= round(counter.quote_tokens * q)
         counted += n
