@@ -61,8 +61,10 @@ def _retained_memory() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[Any]:
+@contextlib.contextmanager
+def _cluster() -> Iterator[Any]:
+    """A ``LocalCluster`` of two single-threaded worker processes importing this checkout, and its
+    client."""
     if Client is None:
         unavailable("needs dask[distributed] (in the test extra: pip install -e '.[test]')")
     # Dask's statistical profiler keeps a profile of the worker's stacks per second of run time (up to
@@ -76,6 +78,12 @@ def client() -> Iterator[Any]:
         with LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None,
                           silence_logs=logging.ERROR) as cluster, Client(cluster) as dask_client:
             yield dask_client
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    with _cluster() as dask_client:
+        yield dask_client
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +157,7 @@ def _link(source: Path, target: Path) -> Path:
     return target
 
 
-def test_a_worker_s_memory_stays_flat_over_a_fleet_of_1000_sessions(client: Any, tmp_path: Path) -> None:
+def test_a_worker_s_memory_stays_flat_over_a_fleet_of_1000_sessions(tmp_path: Path) -> None:
     """What each worker retains after 1,000 sessions against after the first 100: under 16 MiB more.
 
     Ten real SWE-bench runs, each copied once and hard-linked 100 times: 1,000 paths, so each is a
@@ -164,14 +172,15 @@ def test_a_worker_s_memory_stays_flat_over_a_fleet_of_1000_sessions(client: Any,
     sessions = [str(_link(copies[n % 10], tmp_path / "fleet" / f"{n:04d}-{copies[n % 10].name}"))
                 for n in range(1000)]
     config = {"48k": {"contextWindow": 48000}}
-    # fresh worker processes, so what they hold is this test's alone (the timeout only bounds a hang:
-    # restarting waits 30 s by default, less than two workers may need to start on a loaded machine)
-    client.restart(timeout=600)
-    executor = client.get_executor()
-    first = views.simulate_many(sessions[:100], config, executor, progress=False)
-    after_100: dict[str, int] = client.run(_retained_memory)
-    frame = views.simulate_many(sessions, config, executor, progress=False)
-    after_1000: dict[str, int] = client.run(_retained_memory)
+    # A cluster of its own, so what the workers hold is this test's alone. Not the shared cluster
+    # restarted: after the kill test, one nanny closed instead of restarting its worker on a
+    # loaded machine and `client.restart` waited 600 s for it (fast suite, 2026-12-02).
+    with _cluster() as client:
+        executor = client.get_executor()
+        first = views.simulate_many(sessions[:100], config, executor, progress=False)
+        after_100: dict[str, int] = client.run(_retained_memory)
+        frame = views.simulate_many(sessions, config, executor, progress=False)
+        after_1000: dict[str, int] = client.run(_retained_memory)
     assert len(frame) == 1000 and frame["error"].isna().all() and int(frame["inferences"].sum()) > 1000
     pd.testing.assert_frame_equal(frame.head(100), first)
     for worker, held in after_1000.items():
