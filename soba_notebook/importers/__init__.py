@@ -231,7 +231,8 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog, fres
                 if isinstance(value, str) and value in refmap:
                     data[key] = refmap[value]
         last_ts = ts
-        batch.append(Entry(p.type, data, id=eid, parent_id=parent, ts=ts))
+        # built once, with the line it lands on: append_many keeps it as it is
+        batch.append(Entry(p.type, data, eid, parent, ts, store.next_line + len(batch)))
         wheres.append(p.where)
         if len(batch) >= _BATCH:
             _flush(store, batch, wheres, log)
@@ -266,7 +267,7 @@ def _flush(store: SessionStore, batch: list[Entry], wheres: list[str], log: Impo
             # lone surrogates from \\ud800-style escapes in the source
             e = batch[exc.index]
             log.problem(wheres[exc.index], "text holds unpaired UTF-16 surrogates; replaced with U+FFFD")
-            batch[exc.index] = Entry(e.type, _scrub(dict(e.data)), e.id, e.parent_id, e.ts)
+            batch[exc.index] = Entry(e.type, _scrub(dict(e.data)), e.id, e.parent_id, e.ts, e.line)
             continue
         batch.clear()
         wheres.clear()

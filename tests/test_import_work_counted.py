@@ -1,0 +1,55 @@
+"""Import does each piece of work once: counted, never timed (issue 25 item 3, import speed).
+
+* Every imported record becomes one :class:`Entry` built once, already carrying the line it lands
+  on: the writer does not build it a second time to add the line number.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from soba_notebook.importers import import_transcript_with_report
+from soba_notebook.session import Entry, SessionStore
+
+FIXTURES = Path(__file__).parent / "data" / "importers"
+
+
+@pytest.mark.parametrize("fixture", ["pi_v3_tree.jsonl", "claude_code_session.jsonl", "mini.traj.json"])
+def test_every_imported_message_entry_is_built_once_with_its_line(fixture: str, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    source = FIXTURES / fixture
+    if fixture == "mini.traj.json":  # mini-swe-agent: written here
+        source = tmp_path / fixture
+        source.write_text(json.dumps(_messages(20), indent=1), encoding="utf-8")
+    built: list[tuple[str, int | None]] = []
+    real_init = Entry.__init__
+
+    def counting_init(self: Entry, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        if self.type == "message":
+            built.append((self.id or "", self.line))
+
+    monkeypatch.setattr(Entry, "__init__", counting_init)
+    path, report = import_transcript_with_report(source, tmp_path / "sessions")
+    monkeypatch.undo()
+    assert report.message_entries > 0
+    assert len(built) == report.message_entries
+    # built once, already with the line the store keeps: the file's own line numbers
+    on_disk = {e.id: e.line for e in SessionStore.open(path).entries() if e.type == "message"}
+    assert dict(built) == on_disk
+
+
+def _messages(n: int, *, bad_at: int | None = None) -> dict[str, Any]:
+    """A mini-swe-agent trajectory of ``n`` exchanges, timestamped as mini-swe-agent does."""
+    stamp = {"extra": {"timestamp": 1_760_000_000.5}}
+    messages: list[Any] = [{"role": "system", "content": "You are a helpful assistant.", **stamp}]
+    for k in range(n):
+        messages.append({"role": "user", "content": f"step {k}", **stamp})
+        messages.append({"role": "assistant", "content": f"reply {k}", **stamp})
+    if bad_at is not None:
+        messages[bad_at] = {"content": "a message without a role"}
+    return {"messages": messages, "info": {"mini_version": "1.0"}, "trajectory_format": "mini-swe-agent-1"}
