@@ -2,6 +2,8 @@
 
 * Every imported record becomes one :class:`Entry` built once, already carrying the line it lands
   on: the writer does not build it a second time to add the line number.
+* The line on which each message of a JSON transcript starts (``.traj.json``, ``.traj``, a JSON
+  list) is found only when a problem has to name it: a clean file is never scanned for it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import soba_notebook.importers.jsonl_reader as jsonl_reader
 from soba_notebook.importers import import_transcript_with_report
 from soba_notebook.session import Entry, SessionStore
 
@@ -53,3 +56,42 @@ def _messages(n: int, *, bad_at: int | None = None) -> dict[str, Any]:
     if bad_at is not None:
         messages[bad_at] = {"content": "a message without a role"}
     return {"messages": messages, "info": {"mini_version": "1.0"}, "trajectory_format": "mini-swe-agent-1"}
+
+
+def _count_line_scans(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = jsonl_reader.array_element_lines
+
+    def counting(text: str, key: str | None) -> list[int]:
+        calls.append(1)
+        return real(text, key)
+
+    monkeypatch.setattr(jsonl_reader, "array_element_lines", counting)
+    import soba_notebook.importers.openai_messages as openai_messages
+
+    monkeypatch.setattr(openai_messages, "array_element_lines", counting)
+    return calls
+
+
+def test_a_clean_json_transcript_is_never_scanned_for_message_lines(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "clean.traj.json"
+    source.write_text(json.dumps(_messages(50), indent=2), encoding="utf-8")
+    calls = _count_line_scans(monkeypatch)
+    _path, report = import_transcript_with_report(source, tmp_path / "sessions", format="mini_swe_agent")
+    assert report.problems == ()
+    assert report.message_entries == 100
+    assert calls == []
+
+
+def test_a_problem_in_a_json_transcript_still_names_the_line_the_message_starts_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "bad.traj.json"
+    text = json.dumps(_messages(50, bad_at=7), indent=2)
+    source.write_text(text, encoding="utf-8")
+    starts = [n for n, row in enumerate(text.splitlines(), start=1) if row == "    {"]
+    line = starts[7]
+    calls = _count_line_scans(monkeypatch)
+    _path, report = import_transcript_with_report(source, tmp_path / "sessions", format="mini_swe_agent")
+    assert report.problems == (f"{source}:{line}: not a chat message (an object with a 'role'); skipped",)
+    assert len(calls) == 1

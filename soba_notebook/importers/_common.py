@@ -20,7 +20,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -58,13 +58,41 @@ class ImportLog:
     problems: list[str] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     _seen: set[str] = field(default_factory=set, repr=False)
+    _element_lines: Callable[[], Sequence[int]] | None = field(default=None, repr=False)
+    _lines: Sequence[int] | None = field(default=None, repr=False)
 
     def at(self, line: int | str) -> str:
         """The ``file:line`` prefix for a location in the source."""
         return f"{self.name}:{line}"
 
+    def at_element(self, index: int) -> str:
+        """The location of element ``index`` of a JSON document's message array: ``file:[index]``,
+        which a problem reported there turns into ``file:line`` once :meth:`locate_elements` is set."""
+        return f"{self.name}:[{index}]"
+
+    def locate_elements(self, lines: Callable[[], Sequence[int]]) -> None:
+        """``lines()`` gives the line each element starts on (``[]``: unknown, keep ``[index]``).
+
+        Called only when a problem is reported, at most once: finding the lines decodes the
+        whole document again, which a file without problems never needs.
+        """
+        self._element_lines = lines
+        self._lines = None
+
     def problem(self, where: str, what: str) -> None:
+        if self._element_lines is not None:
+            where = self._element_line(where)
         self.problems.append(f"{where}: {what}")
+
+    def _element_line(self, where: str) -> str:
+        prefix = f"{self.name}:["
+        index = where[len(prefix):-1]
+        if not (where.startswith(prefix) and where.endswith("]") and index.isdigit()):
+            return where
+        if self._lines is None and self._element_lines is not None:
+            self._lines = self._element_lines()
+        lines = self._lines or ()
+        return self.at(lines[int(index)]) if int(index) < len(lines) else where
 
     def problem_once(self, key: str, where: str, what: str) -> None:
         """Report ``what`` only the first time ``key`` is seen (repetitive facts, e.g. a record type)."""
