@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 
 import soba_notebook.importers.jsonl_reader as jsonl_reader
+from soba_notebook.errors import SessionError
 from soba_notebook.importers import import_transcript_with_report
 from soba_notebook.session import Entry, SessionStore
 
@@ -95,3 +97,29 @@ def test_a_problem_in_a_json_transcript_still_names_the_line_the_message_starts_
     _path, report = import_transcript_with_report(source, tmp_path / "sessions", format="mini_swe_agent")
     assert report.problems == (f"{source}:{line}: not a chat message (an object with a 'role'); skipped",)
     assert len(calls) == 1
+
+
+def test_the_cyclic_collector_does_not_run_during_an_import_and_is_back_on_after(tmp_path: Path) -> None:
+    """Nothing an import builds forms a cycle; before, the collector rescanned the growing heap
+    dozens of times per import. Once it is back on it may run once (the import's few survivors)."""
+    source = tmp_path / "long.traj.json"
+    source.write_text(json.dumps(_messages(3_000)), encoding="utf-8")  # 6,001 messages
+    broken = tmp_path / "broken.traj.json"
+    broken.write_text('{"messages": [{"role": "user", "content": "cut', encoding="utf-8")
+    starts: list[int] = []
+
+    def count(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            starts.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        _path, report = import_transcript_with_report(source, tmp_path / "sessions")
+        with pytest.raises(SessionError, match="not a valid JSON document"):  # raised while it is off
+            import_transcript_with_report(broken, tmp_path / "sessions", format="mini_swe_agent")
+    finally:
+        gc.callbacks.remove(count)
+    assert report.message_entries == 6_000
+    assert len(starts) <= 1, starts
+    assert gc.isenabled()

@@ -34,6 +34,8 @@ transcript of their format is imported, so importing this package stays cheap.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import itertools
 import os
@@ -133,12 +135,18 @@ def import_transcript_with_report(source_path: str | os.PathLike[str], sessions_
         raise SessionError(f"{source}: is a directory, not a transcript file") from None
     except OSError as exc:
         raise SessionError(f"{source}: cannot read transcript ({exc.strerror})") from None
+    if format is not None and format not in FORMATS:
+        raise SessionError(f"{source}: unknown import format {format!r}; expected one of {', '.join(FORMATS)}")
+    with _cyclic_gc_paused():  # _import's values are freed when it returns, before the collector is back
+        return _import(data, source, sessions_dir, session_id, format, started)
+
+
+def _import(data: bytes, source: Path, sessions_dir: str | os.PathLike[str], session_id: str | None,
+            format: str | None, started: float) -> tuple[Path, ImportReport]:
     name = str(source)
     doc: Any = None  # the whole JSON document, when detection parsed it: never parsed twice
     if format is None:
         format, doc = detect_format_and_document(data, name)
-    elif format not in FORMATS:
-        raise SessionError(f"{source}: unknown import format {format!r}; expected one of {', '.join(FORMATS)}")
     digest = hashlib.sha256(data).hexdigest()
     log = ImportLog(name)
     converted = _convert(format, data, name, log, doc)
@@ -157,6 +165,25 @@ def import_transcript_with_report(source_path: str | os.PathLike[str], sessions_
         unpaired_tool_calls=pairs[2], orphan_tool_results=pairs[3], problems=tuple(log.problems),
         skipped=dict(log.skipped), seconds=time.perf_counter() - started)
     return store.file, report
+
+
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """The cyclic GC off while one transcript is converted and written.
+
+    An import builds a few containers per source value while every parsed record is still alive,
+    and nothing it builds can form a cycle: the collector rescanned that growing heap over and over
+    (a seventh of a pi import's time). Reference counting still frees everything; the collector is
+    back on when the import ends (``SessionStore.open`` does the same while it loads a file).
+    """
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _convert(format: str, data: bytes, name: str, log: ImportLog, doc: Any) -> Converted:
