@@ -45,6 +45,7 @@ from ._common import (
     assistant_data,
     content_text,
     iso_timestamp,
+    object_or_empty,
     parse_arguments,
     tool_data,
     unknown_block,
@@ -79,7 +80,7 @@ class _Assistant:
     api_error: bool = False
 
     def continues(self, line: Mapping[str, Any]) -> bool:
-        msg = found if isinstance(found := line.get("message"), Mapping) else {}
+        msg = object_or_empty(line.get("message"))
         return (self.message_id is not None and msg.get("id") == self.message_id and bool(self.uuids)
                 and line.get("parentUuid") == self.uuids[-1] and bool(line.get("isSidechain")) == self.sidechain)
 
@@ -91,6 +92,7 @@ def convert_claude_code(data: bytes, name: str, log: ImportLog) -> Converted:
     planned: list[Planned] = []
     call_names: dict[str, str] = {}
     info: dict[str, Any] = {}
+    info_missing = dict(_INFO_KEYS)
     session_ids: list[str] = []
     pending: _Assistant | None = None
     messages = 0
@@ -104,14 +106,16 @@ def convert_claude_code(data: bytes, name: str, log: ImportLog) -> Converted:
     for record in read.records:
         value = record.value
         where = log.at(record.where)
-        if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
+        if not (value.__class__ is dict or isinstance(value, Mapping)) or not isinstance(value.get("type"), str):
             log.problem(where, "not a Claude Code record (a JSON object with a 'type'); skipped")
             log.skip("invalid_records")
             continue
         kind: str = value["type"]
-        for key, out in _INFO_KEYS.items():
-            if out not in info and isinstance(value.get(key), str):
-                info[out] = value[key]
+        if info_missing:  # each header value from the first record that has it
+            for key, out in tuple(info_missing.items()):
+                if isinstance(value.get(key), str):
+                    info[out] = value[key]
+                    del info_missing[key]
         sid = value.get("sessionId")
         if isinstance(sid, str) and sid not in session_ids:
             session_ids.append(sid)
@@ -147,8 +151,8 @@ def convert_claude_code(data: bytes, name: str, log: ImportLog) -> Converted:
 
 def _place(value: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Where a record goes in the tree: ``ref``/``parent``/``tree``/``ts`` arguments of Planned."""
-    uuid = value.get("uuid") if isinstance(value.get("uuid"), str) and value.get("uuid") else None
-    parent = value.get("parentUuid") if isinstance(value.get("parentUuid"), str) else None
+    uuid = found if isinstance(found := value.get("uuid"), str) and found else None
+    parent = found if isinstance(found := value.get("parentUuid"), str) else None
     if parent is None and isinstance(value.get("logicalParentUuid"), str):
         parent = value["logicalParentUuid"]  # a compact boundary: logically continues its parent
     # A sidechain (sub-agent) root hangs under whatever came before it, as its own branch.
@@ -160,7 +164,7 @@ def _place(value: Mapping[str, Any], where: str) -> dict[str, Any]:
 def _start_assistant(value: Mapping[str, Any], where: str, log: ImportLog,
                      call_names: dict[str, str]) -> _Assistant:
     place = _place(value, where)
-    msg = found if isinstance(found := value.get("message"), Mapping) else {}
+    msg = object_or_empty(value.get("message"))
     draft = _Assistant(where, [place["ref"]] if place["ref"] else [], place["parent"] if place["tree"] else None,
                        bool(value.get("isSidechain")), msg.get("id") if isinstance(msg.get("id"), str) else None,
                        place["ts"])
@@ -173,7 +177,7 @@ def _add_assistant_line(draft: _Assistant, value: Mapping[str, Any], where: str,
                         call_names: dict[str, str]) -> None:
     if isinstance(value.get("uuid"), str):
         draft.uuids.append(value["uuid"])
-    msg = found if isinstance(found := value.get("message"), Mapping) else {}
+    msg = object_or_empty(value.get("message"))
     _blocks_into(draft, msg, where, log, call_names)
 
 
@@ -182,7 +186,7 @@ def _blocks_into(draft: _Assistant, msg: Mapping[str, Any], where: str, log: Imp
     content = msg.get("content")
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
     for block in blocks if isinstance(blocks, list) else ():
-        if not isinstance(block, Mapping):
+        if block.__class__ is not dict and not isinstance(block, Mapping):
             log.problem(where, "assistant content block is not an object; skipped")
             continue
         kind = block.get("type")
@@ -230,7 +234,7 @@ def _finish(draft: _Assistant) -> Planned:
 def _user(value: Mapping[str, Any], where: str, log: ImportLog, call_names: Mapping[str, str]) -> list[Planned]:
     place = _place(value, where)
     sidechain = bool(value.get("isSidechain"))
-    msg = found if isinstance(found := value.get("message"), Mapping) else {}
+    msg = object_or_empty(value.get("message"))
     content = msg.get("content")
     source = ("claude_code_compact_summary" if value.get("isCompactSummary")
               else "claude_code_meta" if value.get("isMeta") else None)
@@ -241,7 +245,7 @@ def _user(value: Mapping[str, Any], where: str, log: ImportLog, call_names: Mapp
     rest: list[Any] = []
     if isinstance(content, list):
         for block in content:
-            if isinstance(block, Mapping) and block.get("type") == "tool_result":
+            if (block.__class__ is dict or isinstance(block, Mapping)) and block.get("type") == "tool_result":
                 call_id = str(block.get("tool_use_id") or "")
                 text, images = content_text(block.get("content"), where, log)
                 datas.append(tool_data(call_id, call_names.get(call_id, ""), text,
@@ -269,7 +273,7 @@ def _system(value: Mapping[str, Any], where: str) -> Planned:
     place = _place(value, where)
     leaf = not value.get("isSidechain")
     if value.get("subtype") == "compact_boundary":
-        meta = found if isinstance(found := value.get("compactMetadata"), Mapping) else {}
+        meta = object_or_empty(value.get("compactMetadata"))
         data = {"source": "claude_code", "content": value.get("content"), "trigger": meta.get("trigger"),
                 "tokensBefore": meta.get("preTokens")}
         return Planned("imported_compaction", {k: v for k, v in data.items() if v is not None}, **place,

@@ -42,6 +42,7 @@ from ._common import (
     assistant_data,
     content_text,
     iso_timestamp,
+    object_or_empty,
     parse_arguments,
     tool_data,
     unknown_block,
@@ -80,7 +81,7 @@ def convert_pi(data: bytes, name: str, log: ImportLog) -> Converted:
             continue
         refs_by_index[index] = item.ref or ""
         planned.append(item)
-        if isinstance(record.value, Mapping) and record.value.get("type") == "message":
+        if record.value["type"] == "message":  # a converted record is an object with a 'type'
             messages += 1
     return Converted("pi", tuple(planned), messages, info)
 
@@ -88,22 +89,24 @@ def convert_pi(data: bytes, name: str, log: ImportLog) -> Converted:
 def _convert_record(record: JsonRecord, log: ImportLog, refs_by_index: Mapping[int, str]) -> Planned | None:
     value = record.value
     where = log.at(record.where)
-    if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
+    # exact-type checks first: they run for every record, and an ABC isinstance is slow
+    if not (value.__class__ is dict or isinstance(value, Mapping)) or not isinstance(value.get("type"), str):
         log.problem(where, "not a pi entry (a JSON object with a 'type'); skipped")
         log.skip("invalid_records")
         return None
     kind: str = value["type"]
-    own_id = value.get("id") if isinstance(value.get("id"), str) and value.get("id") else None
-    parent = value.get("parentId") if isinstance(value.get("parentId"), str) else None
-    ts = iso_timestamp(value.get("timestamp"))
-    if ts is None and value.get("timestamp") is not None:
-        log.problem(where, f"timestamp {value.get('timestamp')!r} is not a date; the import time is used")
+    own_id = found if isinstance(found := value.get("id"), str) and found else None
+    parent = found if isinstance(found := value.get("parentId"), str) else None
+    raw_ts = value.get("timestamp")
+    ts = iso_timestamp(raw_ts)
+    if ts is None and raw_ts is not None:
+        log.problem(where, f"timestamp {raw_ts!r} is not a date; the import time is used")
     base: dict[str, Any] = {"where": where, "ref": own_id or f"#{record.line}.{record.part}",
                             "keep_id": own_id is not None, "parent": parent, "tree": own_id is not None, "ts": ts}
 
     if kind == "message":
         msg = value.get("message")
-        if not isinstance(msg, Mapping):
+        if not (msg.__class__ is dict or isinstance(msg, Mapping)):
             log.problem(where, "message entry without a 'message' object; kept as imported_message")
             return Planned("imported_message", _fields(value), **base)
         if ts is None:
@@ -174,7 +177,7 @@ def _message(msg: Mapping[str, Any], where: str, log: ImportLog) -> tuple[str, d
         if not isinstance(call_id, str):
             log.problem(where, "tool result without a toolCallId")
             call_id = ""
-        details = found if isinstance(found := msg.get("details"), Mapping) else {}
+        details = object_or_empty(msg.get("details"))
         return "message", tool_data(call_id, str(msg.get("toolName") or ""), text,
                                     is_error=bool(msg.get("isError")), images=images,
                                     exit_code=details.get("exitCode"),
@@ -204,7 +207,7 @@ def _assistant(msg: Mapping[str, Any], where: str, log: ImportLog) -> dict[str, 
     content = msg.get("content")
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
     for block in blocks if isinstance(blocks, list) else ():
-        kind = block.get("type") if isinstance(block, Mapping) else None
+        kind = block.get("type") if block.__class__ is dict or isinstance(block, Mapping) else None
         if kind == "text":
             texts.append(str(block.get("text") or ""))
         elif kind == "thinking":
