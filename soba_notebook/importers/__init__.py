@@ -221,21 +221,20 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog, fres
     """
     last_ts = next((p.ts for p in planned if p.ts), None)
     refmap: dict[str, str] = {}
-    used: set[str] = set()
-    where_by_id: dict[str, str] = {}
+    where_by_id: dict[str, str] = {}  # its keys are the ids used so far
     prev: str | None = None
     leaf_target: str | None = None
     tree_written = False
     batch: list[Entry] = []
-    wheres: list[str] = []
+    line = store.next_line  # the line the next entry of the batch lands on
     for p in planned:
         eid = None
-        if p.ref is not None and p.keep_id and _ID_OK.match(p.ref) and p.ref not in used:
+        if p.ref is not None and p.keep_id and _ID_OK.match(p.ref) and p.ref not in where_by_id:
             eid = p.ref
         elif p.ref is not None and p.ref in refmap:
             log.problem(p.where, f"id {p.ref!r} appears twice in the source; this entry gets a fresh id and "
                                  f"references resolve to the first one")
-        while eid is None or eid in used:
+        while eid is None or eid in where_by_id:
             eid = next(fresh)
         if p.tree and p.parent is not None:
             parent = refmap.get(p.parent)
@@ -259,12 +258,12 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog, fres
                     data[key] = refmap[value]
         last_ts = ts
         # built once, with the line it lands on: append_many keeps it as it is
-        batch.append(Entry(p.type, data, eid, parent, ts, store.next_line + len(batch)))
-        wheres.append(p.where)
-        if len(batch) >= _BATCH:
-            _flush(store, batch, wheres, log)
-        used.add(eid)
+        batch.append(Entry(p.type, data, eid, parent, ts, line))
+        line += 1
         where_by_id[eid] = p.where
+        if len(batch) >= _BATCH:
+            _flush(store, batch, where_by_id, log)
+            line = store.next_line
         if p.ref is not None:
             refmap.setdefault(p.ref, eid)
         for alias in p.aliases:
@@ -273,7 +272,7 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog, fres
         tree_written = tree_written or p.tree
         if p.leaf_candidate:
             leaf_target = eid
-    _flush(store, batch, wheres, log)
+    _flush(store, batch, where_by_id, log)
     if leaf_target is not None and store.leaf_id != leaf_target:
         store.rewind(leaf_target, reason="import")
     return where_by_id
@@ -283,8 +282,8 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog, fres
 _BATCH = 2_000
 
 
-def _flush(store: SessionStore, batch: list[Entry], wheres: list[str], log: ImportLog) -> None:
-    """Append ``batch`` in one go and empty it (and ``wheres``, the source location of each)."""
+def _flush(store: SessionStore, batch: list[Entry], where_by_id: Mapping[str, str], log: ImportLog) -> None:
+    """Append ``batch`` in one go and empty it (``where_by_id``: each entry's source location)."""
     while batch:
         try:
             store.append_many(batch)
@@ -293,11 +292,10 @@ def _flush(store: SessionStore, batch: list[Entry], wheres: list[str], log: Impo
                 raise
             # lone surrogates from \\ud800-style escapes in the source
             e = batch[exc.index]
-            log.problem(wheres[exc.index], "text holds unpaired UTF-16 surrogates; replaced with U+FFFD")
+            log.problem(where_by_id[e.id or ""], "text holds unpaired UTF-16 surrogates; replaced with U+FFFD")
             batch[exc.index] = Entry(e.type, _scrub(dict(e.data)), e.id, e.parent_id, e.ts, e.line)
             continue
         batch.clear()
-        wheres.clear()
 
 
 def _scrub(value: Any) -> Any:
@@ -321,40 +319,48 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
     open_calls: dict[str, list[str]] = {}
     answered: set[tuple[str, str]] = set()
     results = orphans = 0
-    stack: list[tuple[Entry, bool]]
+
+    def result(e: Entry) -> None:  # a tool result, reached after everything on its path
+        nonlocal results, orphans
+        results += 1
+        cid = e.tool_call_id or ""
+        owners = open_calls.get(cid)
+        if owners:
+            answered.add((owners[-1], cid))
+        else:
+            orphans += 1
+            log.problem(where_by_id.get(e.id or "", log.name),
+                        f"tool result for call {cid!r} has no matching call before it; kept as it is")
+
     if all(e.parent_id == before.id for before, e in itertools.pairwise(entries)):
-        # one chain (most transcripts): the walk is the written order, and nothing is ever left
-        stack = [(e, False) for e in reversed(entries)]
-        children: dict[str | None, list[Entry]] = {}
+        # one chain (most transcripts): the walk is the written order, and no call is ever closed
+        for e in entries:
+            role = e.role
+            if role == "tool":
+                result(e)
+            elif role == "assistant":
+                for cid in e.tool_call_ids:
+                    open_calls.setdefault(cid, []).append(e.id or "")
     else:
         ids = {e.id for e in entries}
-        children = {}
+        children: dict[str | None, list[Entry]] = {}
         for e in entries:
             children.setdefault(e.parent_id if e.parent_id in ids else None, []).append(e)
         stack = [(e, False) for e in reversed(children.get(None, []))]
-    while stack:
-        e, leaving = stack.pop()
-        role = e.role
-        own = e.tool_call_ids if role == "assistant" else ()
-        if leaving:
+        while stack:
+            e, leaving = stack.pop()
+            own = e.tool_call_ids if e.role == "assistant" else ()
+            if leaving:
+                for cid in own:
+                    open_calls[cid].pop()
+                continue
+            if e.role == "tool":
+                result(e)
             for cid in own:
-                open_calls[cid].pop()
-            continue
-        if role == "tool":
-            results += 1
-            cid = e.tool_call_id or ""
-            owners = open_calls.get(cid)
-            if owners:
-                answered.add((owners[-1], cid))
-            else:
-                orphans += 1
-                log.problem(where_by_id.get(e.id or "", log.name),
-                            f"tool result for call {cid!r} has no matching call before it; kept as it is")
-        for cid in own:
-            open_calls.setdefault(cid, []).append(e.id or "")
-        if own and children:  # only an entry that opened calls has anything to close when the walk leaves it
-            stack.append((e, True))
-        stack.extend((c, False) for c in reversed(children.get(e.id, [])))
+                open_calls.setdefault(cid, []).append(e.id or "")
+            if own:  # only an entry that opened calls has anything to close when the walk leaves it
+                stack.append((e, True))
+            stack.extend((c, False) for c in reversed(children.get(e.id, [])))
     calls = unpaired = 0
     for e in entries:
         # the raw call dicts, read as ToolCall.from_json would: building ToolCall values for every

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["JsonRecord", "JsonlRead", "array_element_lines", "read_jsonl"]
 
@@ -27,12 +27,12 @@ _DECODER = json.JSONDecoder()
 _WS = " \t\r\n"
 
 
-@dataclass(frozen=True, slots=True)
-class JsonRecord:
+class JsonRecord(NamedTuple):
     """One JSON value read from a JSONL file.
 
     ``line`` is 1-based. ``part`` is 0 for the first value on its line and 1, 2… for values that
-    were run together after it on the same line.
+    were run together after it on the same line. A named tuple, immutable like a frozen dataclass
+    and built in a third of its time: there is one per line of every imported file.
     """
 
     line: int
