@@ -123,3 +123,42 @@ def test_the_cyclic_collector_does_not_run_during_an_import_and_is_back_on_after
     assert report.message_entries == 6_000
     assert len(starts) <= 1, starts
     assert gc.isenabled()
+
+
+def test_the_lines_format_detection_parsed_are_not_parsed_again(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "long.jsonl"
+    header = {"type": "session", "id": "s1", "timestamp": "2025-01-01T00:00:00.000Z", "cwd": "/tmp", "version": 3}
+    lines = [header] + [{"type": "message", "id": f"m{k}", "parentId": f"m{k - 1}" if k else None,
+                         "timestamp": "2025-01-01T00:00:01.000Z",
+                         "message": {"role": "user", "content": f"step {k}"}} for k in range(200)]
+    source.write_text("".join(json.dumps(v) + "\n" for v in lines), encoding="utf-8")
+    parsed: list[int] = []
+    real = json.loads
+
+    def counting(text: Any, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(1)
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counting)
+    _path, report = import_transcript_with_report(source, tmp_path / "sessions")
+    assert report.format == "pi" and report.message_entries == 200
+    # every line once, plus detection's check that the first line is not the whole document and the
+    # header of the new session; before, the 64 lines of the head were parsed twice
+    assert len(parsed) == len(lines) + 2
+
+
+_AWKWARD = [
+    b'{"a":1}\n{"b":2}{"c":3}\nnot json\n\n{"d":4}\n{"e":',  # run together, garbage, blank, truncated tail
+    b'\xef\xbb\xbf{"a":1}\n{"b":2}\n',  # a BOM, a final newline
+    b'{"a":1}\n{"b":2}\n{"cut":\n\n  \n',  # the last non-empty line is a bad one, blank lines after it
+    b'{"a":1}\n{"b":\xff2}\n{"c":3}',  # bad UTF-8, no final newline
+]
+
+
+@pytest.mark.parametrize("data", _AWKWARD)
+def test_a_whole_read_after_a_head_read_is_the_whole_read(data: bytes) -> None:
+    whole = jsonl_reader.read_jsonl(data, "f.jsonl")
+    for n in range(1, data.count(b"\n") + 3):
+        head = jsonl_reader.read_jsonl(data, "f.jsonl", max_lines=n)
+        assert jsonl_reader.read_jsonl(data, "f.jsonl", head=head) == whole

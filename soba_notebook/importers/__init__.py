@@ -50,8 +50,9 @@ from ..errors import SessionError
 from ..session.entries import Entry
 from ..session.store import BatchEntryError, SessionStore
 from ._common import Converted, ImportLog, Planned
-from .detect import FORMATS, detect_format, detect_format_and_document
+from .detect import FORMATS, detect_format, detect_format_and_parsed
 from .fleet import FolderImport, import_transcripts, transcript_files
+from .jsonl_reader import JsonlRead
 
 __all__ = [
     "FORMATS",
@@ -145,11 +146,12 @@ def _import(data: bytes, source: Path, sessions_dir: str | os.PathLike[str], ses
             format: str | None, started: float) -> tuple[Path, ImportReport]:
     name = str(source)
     doc: Any = None  # the whole JSON document, when detection parsed it: never parsed twice
+    head: JsonlRead | None = None  # the JSON Lines head detection parsed: not parsed again either
     if format is None:
-        format, doc = detect_format_and_document(data, name)
+        format, doc, head = detect_format_and_parsed(data, name)
     digest = hashlib.sha256(data).hexdigest()
     log = ImportLog(name)
-    converted = _convert(format, data, name, log, doc)
+    converted = _convert(format, data, name, log, doc, head)
     meta: dict[str, Any] = {"importedFrom": {"path": str(source.resolve()), "format": format, "sha256": digest}}
     if converted.info:
         meta["importedInfo"] = dict(converted.info)
@@ -186,15 +188,15 @@ def _cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _convert(format: str, data: bytes, name: str, log: ImportLog, doc: Any) -> Converted:
+def _convert(format: str, data: bytes, name: str, log: ImportLog, doc: Any, head: JsonlRead | None) -> Converted:
     if format == "pi":
         from .pi import convert_pi
 
-        return convert_pi(data, name, log)
+        return convert_pi(data, name, log, head=head)
     if format == "claude_code":
         from .claude_code import convert_claude_code
 
-        return convert_claude_code(data, name, log)
+        return convert_claude_code(data, name, log, head=head)
     from .openai_messages import convert_openai_format
 
     return convert_openai_format(format, data, name, log, doc=doc)

@@ -52,7 +52,7 @@ from ._common import (
     usage_json,
     user_data,
 )
-from .jsonl_reader import read_jsonl
+from .jsonl_reader import JsonlRead, read_jsonl
 
 __all__ = ["convert_claude_code"]
 
@@ -85,9 +85,9 @@ class _Assistant:
                 and line.get("parentUuid") == self.uuids[-1] and bool(line.get("isSidechain")) == self.sidechain)
 
 
-def convert_claude_code(data: bytes, name: str, log: ImportLog) -> Converted:
+def convert_claude_code(data: bytes, name: str, log: ImportLog, *, head: JsonlRead | None = None) -> Converted:
     """Convert the bytes of a Claude Code session file; problems and skips go to ``log``."""
-    read = read_jsonl(data, name)
+    read = read_jsonl(data, name, head=head)  # head: the lines format detection parsed
     log.problems.extend(read.problems)
     planned: list[Planned] = []
     call_names: dict[str, str] = {}

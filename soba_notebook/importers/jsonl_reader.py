@@ -54,14 +54,20 @@ class JsonlRead:
     run_together_lines: int = 0
     bad_lines: int = 0
     truncated_tail: bool = False
+    #: the read stopped after this many lines of a longer file (``max_lines``); None: all of it
+    head_lines: int | None = None
 
 
-def read_jsonl(data: bytes, name: str, *, max_lines: int | None = None) -> JsonlRead:
+def read_jsonl(data: bytes, name: str, *, max_lines: int | None = None, head: JsonlRead | None = None) -> JsonlRead:
     """Parse ``data`` as JSON Lines; ``name`` prefixes every problem (``name:line: what``).
 
     ``max_lines`` stops after that many lines (format detection reads only the head of a file);
-    a cut-off last line is then not reported as truncated.
+    a cut-off last line is then not reported as truncated. ``head`` is such a read of the same
+    ``data``: its lines are not parsed again (an import reads the whole file after detection read
+    its head), and the result is the one a read of the whole file gives.
     """
+    if head is not None and head.head_lines is None and max_lines is None:
+        return head  # the head was the whole file
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     chunks = data.split(b"\n", max_lines) if max_lines is not None else data.split(b"\n")
@@ -75,10 +81,17 @@ def read_jsonl(data: bytes, name: str, *, max_lines: int | None = None) -> Jsonl
 
     records: list[JsonRecord] = []
     problems: list[str] = []
-    run_together = bad = 0
+    run_together = bad = start = 0
+    if head is not None and head.head_lines is not None and max_lines is None and last_nonempty >= head.head_lines:
+        # the head's lines were read as a whole read reads them (none of them is the last one)
+        start = head.head_lines
+        records.extend(head.records)
+        problems.extend(head.problems)
+        run_together, bad = head.run_together_lines, head.bad_lines
     truncated = False
     loads = json.loads
-    for index, chunk in enumerate(chunks):
+    for index in range(start, len(chunks)):
+        chunk = chunks[index]
         line_no = index + 1
         if not chunk.strip():
             continue
@@ -116,7 +129,8 @@ def read_jsonl(data: bytes, name: str, *, max_lines: int | None = None) -> Jsonl
             bad += 1
             problems.append(f"{name}:{line_no}: not valid JSON, column {pos + 1}: {error}; line skipped, the "
                             f"rest of the file is still read")
-    return JsonlRead(tuple(records), tuple(problems), len(chunks), run_together, bad, truncated)
+    return JsonlRead(tuple(records), tuple(problems), len(chunks), run_together, bad, truncated,
+                     max_lines if limited else None)
 
 
 def _decode_run(text: str) -> tuple[list[Any], int, str | None]:

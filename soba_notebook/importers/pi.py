@@ -49,7 +49,7 @@ from ._common import (
     usage_json,
     user_data,
 )
-from .jsonl_reader import JsonRecord, read_jsonl
+from .jsonl_reader import JsonlRead, JsonRecord, read_jsonl
 
 __all__ = ["convert_pi"]
 
@@ -59,9 +59,9 @@ _HEADER_INFO = {"id": "sessionId", "timestamp": "created", "cwd": "cwd", "versio
                 "parentSession": "parentSession"}
 
 
-def convert_pi(data: bytes, name: str, log: ImportLog) -> Converted:
+def convert_pi(data: bytes, name: str, log: ImportLog, *, head: JsonlRead | None = None) -> Converted:
     """Convert the bytes of a pi session file; problems and skips go to ``log``."""
-    read = read_jsonl(data, name)
+    read = read_jsonl(data, name, head=head)  # head: the lines format detection parsed
     log.problems.extend(read.problems)
     records = list(read.records)
     info: dict[str, Any] = {}
