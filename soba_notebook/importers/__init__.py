@@ -348,21 +348,24 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
         children: dict[str | None, list[Entry]] = {}
         for e in entries:
             children.setdefault(e.parent_id if e.parent_id in ids else None, []).append(e)
-        stack = [(e, False) for e in reversed(children.get(None, []))]
+        # depth first; a tuple on the stack is the call ids to close when the walk leaves an entry
+        stack: list[Entry | tuple[str, ...]] = list(reversed(children.get(None, [])))
         while stack:
-            e, leaving = stack.pop()
-            own = e.tool_call_ids if e.role == "assistant" else ()
-            if leaving:
-                for cid in own:
+            item = stack.pop()
+            if isinstance(item, tuple):
+                for cid in item:
                     open_calls[cid].pop()
                 continue
-            if e.role == "tool":
-                result(e)
-            for cid in own:
-                open_calls.setdefault(cid, []).append(e.id or "")
-            if own:  # only an entry that opened calls has anything to close when the walk leaves it
-                stack.append((e, True))
-            stack.extend((c, False) for c in reversed(children.get(e.id, [])))
+            role = item.role
+            if role == "tool":
+                result(item)
+            elif role == "assistant" and (own := item.tool_call_ids):
+                for cid in own:
+                    open_calls.setdefault(cid, []).append(item.id or "")
+                stack.append(own)  # only an entry that opened calls has anything to close
+            kids = children.get(item.id)
+            if kids:
+                stack.extend(reversed(kids))
     calls = unpaired = 0
     for e in entries:
         # the raw call dicts, read as ToolCall.from_json would: building ToolCall values for every

@@ -101,25 +101,28 @@ def _convert_record(record: JsonRecord, log: ImportLog, refs_by_index: Mapping[i
     ts = iso_timestamp(raw_ts)
     if ts is None and raw_ts is not None:
         log.problem(where, f"timestamp {raw_ts!r} is not a date; the import time is used")
-    base: dict[str, Any] = {"where": where, "ref": own_id or f"#{record.line}.{record.part}",
-                            "keep_id": own_id is not None, "parent": parent, "tree": own_id is not None, "ts": ts}
+    ref = own_id or f"#{record.line}.{record.part}"
+    keep = own_id is not None
+
+    def planned(entry_type: str, data: Mapping[str, Any], id_refs: tuple[str, ...] = ()) -> Planned:
+        return Planned(entry_type, data, where, ref, keep, (), parent, keep, ts, True, id_refs)
 
     if kind == "message":
         msg = value.get("message")
         if not (msg.__class__ is dict or isinstance(msg, Mapping)):
             log.problem(where, "message entry without a 'message' object; kept as imported_message")
-            return Planned("imported_message", _fields(value), **base)
+            return planned("imported_message", _fields(value))
         if ts is None:
-            base["ts"] = iso_timestamp(msg.get("timestamp"))
+            ts = iso_timestamp(msg.get("timestamp"))
         entry_type, data = _message(msg, where, log)
-        return Planned(entry_type, data, **base)
+        return planned(entry_type, data)
     if kind == "model_change":
         changes = {"provider": value.get("provider"), "model": value.get("modelId")}
-        return Planned("config", _config(changes, kind), **base)
+        return planned("config", _config(changes, kind))
     if kind == "thinking_level_change":
-        return Planned("config", _config({"thinkingLevel": value.get("thinkingLevel")}, kind), **base)
+        return planned("config", _config({"thinkingLevel": value.get("thinkingLevel")}, kind))
     if kind == "session_info":
-        return Planned("config", _config({"sessionName": value.get("name")}, kind), **base)
+        return planned("config", _config({"sessionName": value.get("name")}, kind))
     if kind == "compaction":
         data = {"source": "pi", "summary": value.get("summary"), "tokensBefore": value.get("tokensBefore")}
         first_kept = value.get("firstKeptEntryId")
@@ -132,21 +135,21 @@ def _convert_record(record: JsonRecord, log: ImportLog, refs_by_index: Mapping[i
         for key in ("details", "fromHook"):
             if key in value:
                 data[key] = value[key]
-        return Planned("imported_compaction", data, id_refs=("firstKeptEntryId",), **base)
+        return planned("imported_compaction", data, ("firstKeptEntryId",))
     if kind == "branch_summary":
         text = found if isinstance(found := value.get("summary"), str) else ""
-        return Planned("message", user_data(text, source="pi_branch_summary",
-                                            imported={"fromId": value.get("fromId")}), **base)
+        return planned("message", user_data(text, source="pi_branch_summary",
+                                            imported={"fromId": value.get("fromId")}))
     if kind == "custom_message":
         text, images = content_text(value.get("content"), where, log)
-        return Planned("message", user_data(text, images=images,
-                                            source=f"pi_custom_message:{value.get('customType', '')}"), **base)
+        return planned("message", user_data(text, images=images,
+                                            source=f"pi_custom_message:{value.get('customType', '')}"))
     if kind == "label":
-        return Planned("imported_label", _fields(value), id_refs=("targetId",), **base)
+        return planned("imported_label", _fields(value), ("targetId",))
     if kind != "custom":
         log.problem_once(f"type:{kind}", where, f"unknown pi entry type {kind!r}; kept as "
                                                 f"{_entry_type(kind)} entries, not model input")
-    return Planned(_entry_type(kind), _fields(value), **base)
+    return planned(_entry_type(kind), _fields(value))
 
 
 def _entry_type(kind: str) -> str:
