@@ -94,6 +94,7 @@ def convert_claude_code(data: bytes, name: str, log: ImportLog, *, head: JsonlRe
     info: dict[str, Any] = {}
     info_missing = dict(_INFO_KEYS)
     session_ids: list[str] = []
+    seen_sessions: set[str] = set()
     pending: _Assistant | None = None
     messages = 0
 
@@ -117,7 +118,8 @@ def convert_claude_code(data: bytes, name: str, log: ImportLog, *, head: JsonlRe
                     info[out] = value[key]
                     del info_missing[key]
         sid = value.get("sessionId")
-        if isinstance(sid, str) and sid not in session_ids:
+        if isinstance(sid, str) and sid not in seen_sessions:  # a set: a resumed session has several
+            seen_sessions.add(sid)
             session_ids.append(sid)
         if kind == "assistant":
             messages += 1

@@ -77,7 +77,9 @@ def read_jsonl(data: bytes, name: str, *, max_lines: int | None = None, head: Js
     ends_with_newline = limited or chunks[-1] == b""
     if not limited and ends_with_newline:
         chunks.pop()
-    last_nonempty = max((i for i, c in enumerate(chunks) if c.strip()), default=-1)
+    last_nonempty = len(chunks) - 1  # searched from the end: usually the last line itself
+    while last_nonempty >= 0 and not chunks[last_nonempty].strip():
+        last_nonempty -= 1
 
     records: list[JsonRecord] = []
     problems: list[str] = []
