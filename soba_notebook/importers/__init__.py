@@ -343,6 +343,8 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
             elif role == "assistant":
                 for cid in e.tool_call_ids:
                     open_calls.setdefault(cid, []).append(e.id or "")
+    elif (found := _answered_on_paths(entries)) is not None:
+        answered, results = found  # a tree without an orphan result (a problem names them in walk order)
     else:
         ids = {e.id for e in entries}
         children: dict[str | None, list[Entry]] = {}
@@ -382,3 +384,47 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
                             f"tool call {call_id!r} ({raw.get('name', '')!s}) has no result in the source; "
                             f"kept, no result invented")
     return calls, results, unpaired, orphans
+
+
+def _answered_on_paths(entries: Sequence[Entry]) -> tuple[set[tuple[str, str]], int] | None:
+    """``(answered, results)`` of the depth-first walk, found without it: ``None`` when a result
+    has no call on its path, or a parent is not an earlier entry (then only the walk says it all).
+
+    Every parent is written before its children, so a result's path goes to ever earlier entries,
+    and the deepest call of its id on that path is the latest one in file order that the path
+    meets: found by going up from the result until the path passes below it (a few steps: a result
+    follows its call).
+    """
+    ids = {e.id for e in entries}
+    index: dict[str | None, int] = {}
+    parent_at: list[int] = []  # the index of each entry's parent; -1: a root
+    owners: dict[str, list[int]] = {}  # call id -> the entries that made a call with it, in file order
+    answered: set[tuple[str, str]] = set()
+    results = 0
+    budget = 4 * len(entries) + 64  # steps up: past it (many calls of one id on other branches), walk
+    for i, e in enumerate(entries):
+        up = index.get(e.parent_id, -1)
+        if up < 0 and e.parent_id in ids:
+            return None  # its parent comes after it
+        index[e.id] = i
+        parent_at.append(up)
+        role = e.role
+        if role == "assistant":
+            for cid in e.tool_call_ids:
+                owners.setdefault(cid, []).append(i)
+        elif role == "tool":
+            results += 1
+            cid = e.tool_call_id or ""
+            for owner in reversed(owners.get(cid, ())):
+                at = up
+                while at > owner:
+                    at = parent_at[at]
+                    budget -= 1
+                if budget < 0:
+                    return None
+                if at == owner:
+                    answered.add((entries[owner].id or "", cid))
+                    break
+            else:
+                return None
+    return answered, results
