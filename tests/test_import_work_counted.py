@@ -134,13 +134,18 @@ def test_the_lines_format_detection_parsed_are_not_parsed_again(tmp_path: Path,
                          "message": {"role": "user", "content": f"step {k}"}} for k in range(200)]
     source.write_text("".join(json.dumps(v) + "\n" for v in lines), encoding="utf-8")
     parsed: list[int] = []
-    real = json.loads
+    real, real_scan = json.loads, jsonl_reader._SCAN
 
     def counting(text: Any, *args: Any, **kwargs: Any) -> Any:
         parsed.append(1)
         return real(text, *args, **kwargs)
 
+    def counting_scan(text: str, at: int) -> tuple[Any, int]:  # the reader's own parse of a line
+        parsed.append(1)
+        return real_scan(text, at)
+
     monkeypatch.setattr(json, "loads", counting)
+    monkeypatch.setattr(jsonl_reader, "_SCAN", counting_scan)
     _path, report = import_transcript_with_report(source, tmp_path / "sessions")
     assert report.format == "pi" and report.message_entries == 200
     # every line once, plus detection's check that the first line is not the whole document and the
@@ -149,6 +154,7 @@ def test_the_lines_format_detection_parsed_are_not_parsed_again(tmp_path: Path,
 
 
 _AWKWARD = [
+    b' {"a":1} \r\n{"b":NaN}\r\n[1,2] [3]\n"x"\t\n{"c":"\\u00e9\\ud83d"}\x0c\n',  # spaces, CRLF, two values
     b'{"a":1}\n{"b":2}{"c":3}\nnot json\n\n{"d":4}\n{"e":',  # run together, garbage, blank, truncated tail
     b'\xef\xbb\xbf{"a":1}\n{"b":2}\n',  # a BOM, a final newline
     b'{"a":1}\n{"b":2}\n{"cut":\n\n  \n',  # the last non-empty line is a bad one, blank lines after it
@@ -162,3 +168,12 @@ def test_a_whole_read_after_a_head_read_is_the_whole_read(data: bytes) -> None:
     for n in range(1, data.count(b"\n") + 3):
         head = jsonl_reader.read_jsonl(data, "f.jsonl", max_lines=n)
         assert jsonl_reader.read_jsonl(data, "f.jsonl", head=head) == whole
+
+
+def test_each_line_holding_one_value_reads_as_json_loads_reads_it() -> None:
+    lines = [b' {"a": 1} ', b'{"b": NaN}\r', b'[1, 2.50, -0.0, 1e400]', b'"x"\t', b'{"c": "\\u00e9\\ud83d"}',
+             b'12345678901234567890', b'{"d": {"e": [null, true, false]}}']
+    read = jsonl_reader.read_jsonl(b"\n".join(lines) + b"\n", "f.jsonl")
+    assert read.problems == ()
+    assert [r.line for r in read.records] == list(range(1, len(lines) + 1))
+    assert repr([r.value for r in read.records]) == repr([json.loads(line) for line in lines])

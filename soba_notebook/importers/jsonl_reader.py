@@ -17,13 +17,15 @@ Nothing here knows any agent's format; the format modules interpret the values.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 __all__ = ["JsonRecord", "JsonlRead", "array_element_lines", "read_jsonl"]
 
 _DECODER = json.JSONDecoder()
+#: the C scanner under json.loads: one value at a position; typeshed leaves it out of JSONDecoder
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 _WS = " \t\r\n"
 
 
@@ -92,6 +94,7 @@ def read_jsonl(data: bytes, name: str, *, max_lines: int | None = None, head: Js
         run_together, bad = head.run_together_lines, head.bad_lines
     truncated = False
     loads = json.loads
+    scan = _SCAN
     for index in range(start, len(chunks)):
         chunk = chunks[index]
         line_no = index + 1
@@ -103,6 +106,13 @@ def read_jsonl(data: bytes, name: str, *, max_lines: int | None = None, head: Js
             text = chunk.decode("utf-8", errors="replace")
             problems.append(f"{name}:{line_no}: not valid UTF-8 at byte {exc.start + 1}; undecodable bytes "
                             f"replaced with U+FFFD")
+        try:  # fastest path: one value filling the line, scanned as json.loads would without its wrappers
+            value, end = scan(text, 0)
+            if end == len(text) or not text[end:].strip(_WS):
+                records.append(JsonRecord(line_no, value))
+                continue
+        except (StopIteration, ValueError):  # leading space, or not one value: json.loads says what
+            pass
         try:  # fast path: one object on the line
             records.append(JsonRecord(line_no, loads(text)))
             continue
