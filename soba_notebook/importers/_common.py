@@ -277,14 +277,12 @@ def unknown_block(block: Mapping[str, Any], where: str, log: ImportLog) -> str:
     return f"[{kind}]"
 
 
-def _count(raw: Mapping[str, Any], *keys: str) -> int | None:
-    for key in keys:
-        value = raw.get(key)
-        if value.__class__ is int:  # the usual case, checked first: this runs for every usage field
-            if value >= 0:
-                return value
-        elif isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
-            return int(value)
+def _count(raw: Mapping[str, Any], key: str) -> int | None:
+    value = raw.get(key)
+    if value.__class__ is int:  # the usual case, checked first: this runs for every usage field
+        return value if value >= 0 else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return int(value)
     return None
 
 
