@@ -229,50 +229,51 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog, fres
     tree_written = False
     batch: list[Entry] = []
     line = store.next_line  # the line the next entry of the batch lands on
-    for p in planned:
+    id_ok = _ID_OK.match
+    # unpacked in one step: a Planned is a named tuple, and this loop runs once per imported entry
+    for kind, data, where, ref, keep_id, aliases, parent_ref, tree, own_ts, leaf_candidate, id_refs in planned:
         eid = None
-        if p.ref is not None and p.keep_id and _ID_OK.match(p.ref) and p.ref not in where_by_id:
-            eid = p.ref
-        elif p.ref is not None and p.ref in refmap:
-            log.problem(p.where, f"id {p.ref!r} appears twice in the source; this entry gets a fresh id and "
-                                 f"references resolve to the first one")
+        if ref is not None and keep_id and id_ok(ref) and ref not in where_by_id:
+            eid = ref
+        elif ref is not None and ref in refmap:
+            log.problem(where, f"id {ref!r} appears twice in the source; this entry gets a fresh id and "
+                               f"references resolve to the first one")
         while eid is None or eid in where_by_id:
             eid = next(fresh)
-        if p.tree and p.parent is not None:
-            parent = refmap.get(p.parent)
+        if tree and parent_ref is not None:
+            parent = refmap.get(parent_ref)
             if parent is None:
-                log.problem(p.where, f"parent {p.parent!r} is not an earlier entry of this file; attached to "
-                                     f"the previous entry")
+                log.problem(where, f"parent {parent_ref!r} is not an earlier entry of this file; attached to "
+                                   f"the previous entry")
                 parent = prev
         else:
-            if p.tree and p.parent is None and tree_written:
-                log.problem(p.where, "a second root in the source tree; attached to the previous entry")
+            if tree and parent_ref is None and tree_written:
+                log.problem(where, "a second root in the source tree; attached to the previous entry")
             parent = prev
-        data = p.data
-        ts = p.ts or last_ts
-        if (p.ts is None and ts is not None) or p.id_refs:  # only then is the data changed: copy it
+        ts = own_ts or last_ts
+        if (own_ts is None and ts is not None) or id_refs:  # only then is the data changed: copy it
             data = dict(data)
-            if p.ts is None and ts is not None:
+            if own_ts is None and ts is not None:
                 data["imported"] = {**data.get("imported", {}), "tsInferred": True}
-            for key in p.id_refs:
+            for key in id_refs:
                 value = data.get(key)
                 if isinstance(value, str) and value in refmap:
                     data[key] = refmap[value]
         last_ts = ts
         # built once, with the line it lands on: append_many keeps it as it is
-        batch.append(Entry(p.type, data, eid, parent, ts, line))
+        batch.append(Entry(kind, data, eid, parent, ts, line))
         line += 1
-        where_by_id[eid] = p.where
+        where_by_id[eid] = where
         if len(batch) >= _BATCH:
             _flush(store, batch, where_by_id, log)
             line = store.next_line
-        if p.ref is not None:
-            refmap.setdefault(p.ref, eid)
-        for alias in p.aliases:
+        if ref is not None:
+            refmap.setdefault(ref, eid)
+        for alias in aliases:
             refmap[alias] = eid
         prev = eid
-        tree_written = tree_written or p.tree
-        if p.leaf_candidate:
+        tree_written = tree_written or tree
+        if leaf_candidate:
             leaf_target = eid
     _flush(store, batch, where_by_id, log)
     if leaf_target is not None and store.leaf_id != leaf_target:
