@@ -34,6 +34,8 @@ transcript of their format is imported, so importing this package stays cheap.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import itertools
 import os
@@ -48,8 +50,9 @@ from ..errors import SessionError
 from ..session.entries import Entry
 from ..session.store import BatchEntryError, SessionStore
 from ._common import Converted, ImportLog, Planned
-from .detect import FORMATS, detect_format, detect_format_and_document
+from .detect import FORMATS, detect_format, detect_format_and_parsed
 from .fleet import FolderImport, import_transcripts, transcript_files
+from .jsonl_reader import JsonlRead
 
 __all__ = [
     "FORMATS",
@@ -133,15 +136,22 @@ def import_transcript_with_report(source_path: str | os.PathLike[str], sessions_
         raise SessionError(f"{source}: is a directory, not a transcript file") from None
     except OSError as exc:
         raise SessionError(f"{source}: cannot read transcript ({exc.strerror})") from None
+    if format is not None and format not in FORMATS:
+        raise SessionError(f"{source}: unknown import format {format!r}; expected one of {', '.join(FORMATS)}")
+    with _cyclic_gc_paused():  # _import's values are freed when it returns, before the collector is back
+        return _import(data, source, sessions_dir, session_id, format, started)
+
+
+def _import(data: bytes, source: Path, sessions_dir: str | os.PathLike[str], session_id: str | None,
+            format: str | None, started: float) -> tuple[Path, ImportReport]:
     name = str(source)
     doc: Any = None  # the whole JSON document, when detection parsed it: never parsed twice
+    head: JsonlRead | None = None  # the JSON Lines head detection parsed: not parsed again either
     if format is None:
-        format, doc = detect_format_and_document(data, name)
-    elif format not in FORMATS:
-        raise SessionError(f"{source}: unknown import format {format!r}; expected one of {', '.join(FORMATS)}")
+        format, doc, head = detect_format_and_parsed(data, name)
     digest = hashlib.sha256(data).hexdigest()
     log = ImportLog(name)
-    converted = _convert(format, data, name, log, doc)
+    converted = _convert(format, data, name, log, doc, head)
     meta: dict[str, Any] = {"importedFrom": {"path": str(source.resolve()), "format": format, "sha256": digest}}
     if converted.info:
         meta["importedInfo"] = dict(converted.info)
@@ -159,15 +169,34 @@ def import_transcript_with_report(source_path: str | os.PathLike[str], sessions_
     return store.file, report
 
 
-def _convert(format: str, data: bytes, name: str, log: ImportLog, doc: Any) -> Converted:
+@contextlib.contextmanager
+def _cyclic_gc_paused() -> Iterator[None]:
+    """The cyclic GC off while one transcript is converted and written.
+
+    An import builds a few containers per source value while every parsed record is still alive,
+    and nothing it builds can form a cycle: the collector rescanned that growing heap over and over
+    (a seventh of a pi import's time). Reference counting still frees everything; the collector is
+    back on when the import ends (``SessionStore.open`` does the same while it loads a file).
+    """
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _convert(format: str, data: bytes, name: str, log: ImportLog, doc: Any, head: JsonlRead | None) -> Converted:
     if format == "pi":
         from .pi import convert_pi
 
-        return convert_pi(data, name, log)
+        return convert_pi(data, name, log, head=head)
     if format == "claude_code":
         from .claude_code import convert_claude_code
 
-        return convert_claude_code(data, name, log)
+        return convert_claude_code(data, name, log, head=head)
     from .openai_messages import convert_openai_format
 
     return convert_openai_format(format, data, name, log, doc=doc)
@@ -194,58 +223,59 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog, fres
     """
     last_ts = next((p.ts for p in planned if p.ts), None)
     refmap: dict[str, str] = {}
-    used: set[str] = set()
-    where_by_id: dict[str, str] = {}
+    where_by_id: dict[str, str] = {}  # its keys are the ids used so far
     prev: str | None = None
     leaf_target: str | None = None
     tree_written = False
     batch: list[Entry] = []
-    wheres: list[str] = []
-    for p in planned:
+    line = store.next_line  # the line the next entry of the batch lands on
+    id_ok = _ID_OK.match
+    # unpacked in one step: a Planned is a named tuple, and this loop runs once per imported entry
+    for kind, data, where, ref, keep_id, aliases, parent_ref, tree, own_ts, leaf_candidate, id_refs in planned:
         eid = None
-        if p.ref is not None and p.keep_id and _ID_OK.match(p.ref) and p.ref not in used:
-            eid = p.ref
-        elif p.ref is not None and p.ref in refmap:
-            log.problem(p.where, f"id {p.ref!r} appears twice in the source; this entry gets a fresh id and "
-                                 f"references resolve to the first one")
-        while eid is None or eid in used:
+        if ref is not None and keep_id and id_ok(ref) and ref not in where_by_id:
+            eid = ref
+        elif ref is not None and ref in refmap:
+            log.problem(where, f"id {ref!r} appears twice in the source; this entry gets a fresh id and "
+                               f"references resolve to the first one")
+        while eid is None or eid in where_by_id:
             eid = next(fresh)
-        if p.tree and p.parent is not None:
-            parent = refmap.get(p.parent)
+        if tree and parent_ref is not None:
+            parent = refmap.get(parent_ref)
             if parent is None:
-                log.problem(p.where, f"parent {p.parent!r} is not an earlier entry of this file; attached to "
-                                     f"the previous entry")
+                log.problem(where, f"parent {parent_ref!r} is not an earlier entry of this file; attached to "
+                                   f"the previous entry")
                 parent = prev
         else:
-            if p.tree and p.parent is None and tree_written:
-                log.problem(p.where, "a second root in the source tree; attached to the previous entry")
+            if tree and parent_ref is None and tree_written:
+                log.problem(where, "a second root in the source tree; attached to the previous entry")
             parent = prev
-        data = p.data
-        ts = p.ts or last_ts
-        if (p.ts is None and ts is not None) or p.id_refs:  # only then is the data changed: copy it
+        ts = own_ts or last_ts
+        if (own_ts is None and ts is not None) or id_refs:  # only then is the data changed: copy it
             data = dict(data)
-            if p.ts is None and ts is not None:
+            if own_ts is None and ts is not None:
                 data["imported"] = {**data.get("imported", {}), "tsInferred": True}
-            for key in p.id_refs:
+            for key in id_refs:
                 value = data.get(key)
                 if isinstance(value, str) and value in refmap:
                     data[key] = refmap[value]
         last_ts = ts
-        batch.append(Entry(p.type, data, id=eid, parent_id=parent, ts=ts))
-        wheres.append(p.where)
+        # built once, with the line it lands on: append_many keeps it as it is
+        batch.append(Entry(kind, data, eid, parent, ts, line))
+        line += 1
+        where_by_id[eid] = where
         if len(batch) >= _BATCH:
-            _flush(store, batch, wheres, log)
-        used.add(eid)
-        where_by_id[eid] = p.where
-        if p.ref is not None:
-            refmap.setdefault(p.ref, eid)
-        for alias in p.aliases:
+            _flush(store, batch, where_by_id, log)
+            line = store.next_line
+        if ref is not None:
+            refmap.setdefault(ref, eid)
+        for alias in aliases:
             refmap[alias] = eid
         prev = eid
-        tree_written = tree_written or p.tree
-        if p.leaf_candidate:
+        tree_written = tree_written or tree
+        if leaf_candidate:
             leaf_target = eid
-    _flush(store, batch, wheres, log)
+    _flush(store, batch, where_by_id, log)
     if leaf_target is not None and store.leaf_id != leaf_target:
         store.rewind(leaf_target, reason="import")
     return where_by_id
@@ -255,8 +285,8 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog, fres
 _BATCH = 2_000
 
 
-def _flush(store: SessionStore, batch: list[Entry], wheres: list[str], log: ImportLog) -> None:
-    """Append ``batch`` in one go and empty it (and ``wheres``, the source location of each)."""
+def _flush(store: SessionStore, batch: list[Entry], where_by_id: Mapping[str, str], log: ImportLog) -> None:
+    """Append ``batch`` in one go and empty it (``where_by_id``: each entry's source location)."""
     while batch:
         try:
             store.append_many(batch)
@@ -265,11 +295,10 @@ def _flush(store: SessionStore, batch: list[Entry], wheres: list[str], log: Impo
                 raise
             # lone surrogates from \\ud800-style escapes in the source
             e = batch[exc.index]
-            log.problem(wheres[exc.index], "text holds unpaired UTF-16 surrogates; replaced with U+FFFD")
-            batch[exc.index] = Entry(e.type, _scrub(dict(e.data)), e.id, e.parent_id, e.ts)
+            log.problem(where_by_id[e.id or ""], "text holds unpaired UTF-16 surrogates; replaced with U+FFFD")
+            batch[exc.index] = Entry(e.type, _scrub(dict(e.data)), e.id, e.parent_id, e.ts, e.line)
             continue
         batch.clear()
-        wheres.clear()
 
 
 def _scrub(value: Any) -> Any:
@@ -293,40 +322,53 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
     open_calls: dict[str, list[str]] = {}
     answered: set[tuple[str, str]] = set()
     results = orphans = 0
-    stack: list[tuple[Entry, bool]]
+
+    def result(e: Entry) -> None:  # a tool result, reached after everything on its path
+        nonlocal results, orphans
+        results += 1
+        cid = e.tool_call_id or ""
+        owners = open_calls.get(cid)
+        if owners:
+            answered.add((owners[-1], cid))
+        else:
+            orphans += 1
+            log.problem(where_by_id.get(e.id or "", log.name),
+                        f"tool result for call {cid!r} has no matching call before it; kept as it is")
+
     if all(e.parent_id == before.id for before, e in itertools.pairwise(entries)):
-        # one chain (most transcripts): the walk is the written order, and nothing is ever left
-        stack = [(e, False) for e in reversed(entries)]
-        children: dict[str | None, list[Entry]] = {}
+        # one chain (most transcripts): the walk is the written order, and no call is ever closed
+        for e in entries:
+            role = e.role
+            if role == "tool":
+                result(e)
+            elif role == "assistant":
+                for cid in e.tool_call_ids:
+                    open_calls.setdefault(cid, []).append(e.id or "")
+    elif (found := _answered_on_paths(entries)) is not None:
+        answered, results = found  # a tree without an orphan result (a problem names them in walk order)
     else:
         ids = {e.id for e in entries}
-        children = {}
+        children: dict[str | None, list[Entry]] = {}
         for e in entries:
             children.setdefault(e.parent_id if e.parent_id in ids else None, []).append(e)
-        stack = [(e, False) for e in reversed(children.get(None, []))]
-    while stack:
-        e, leaving = stack.pop()
-        role = e.role
-        own = e.tool_call_ids if role == "assistant" else ()
-        if leaving:
-            for cid in own:
-                open_calls[cid].pop()
-            continue
-        if role == "tool":
-            results += 1
-            cid = e.tool_call_id or ""
-            owners = open_calls.get(cid)
-            if owners:
-                answered.add((owners[-1], cid))
-            else:
-                orphans += 1
-                log.problem(where_by_id.get(e.id or "", log.name),
-                            f"tool result for call {cid!r} has no matching call before it; kept as it is")
-        for cid in own:
-            open_calls.setdefault(cid, []).append(e.id or "")
-        if own and children:  # only an entry that opened calls has anything to close when the walk leaves it
-            stack.append((e, True))
-        stack.extend((c, False) for c in reversed(children.get(e.id, [])))
+        # depth first; a tuple on the stack is the call ids to close when the walk leaves an entry
+        stack: list[Entry | tuple[str, ...]] = list(reversed(children.get(None, [])))
+        while stack:
+            item = stack.pop()
+            if isinstance(item, tuple):
+                for cid in item:
+                    open_calls[cid].pop()
+                continue
+            role = item.role
+            if role == "tool":
+                result(item)
+            elif role == "assistant" and (own := item.tool_call_ids):
+                for cid in own:
+                    open_calls.setdefault(cid, []).append(item.id or "")
+                stack.append(own)  # only an entry that opened calls has anything to close
+            kids = children.get(item.id)
+            if kids:
+                stack.extend(reversed(kids))
     calls = unpaired = 0
     for e in entries:
         # the raw call dicts, read as ToolCall.from_json would: building ToolCall values for every
@@ -343,3 +385,47 @@ def _check_tool_pairs(entries: Sequence[Entry], where_by_id: Mapping[str, str],
                             f"tool call {call_id!r} ({raw.get('name', '')!s}) has no result in the source; "
                             f"kept, no result invented")
     return calls, results, unpaired, orphans
+
+
+def _answered_on_paths(entries: Sequence[Entry]) -> tuple[set[tuple[str, str]], int] | None:
+    """``(answered, results)`` of the depth-first walk, found without it: ``None`` when a result
+    has no call on its path, or a parent is not an earlier entry (then only the walk says it all).
+
+    Every parent is written before its children, so a result's path goes to ever earlier entries,
+    and the deepest call of its id on that path is the latest one in file order that the path
+    meets: found by going up from the result until the path passes below it (a few steps: a result
+    follows its call).
+    """
+    ids = {e.id for e in entries}
+    index: dict[str | None, int] = {}
+    parent_at: list[int] = []  # the index of each entry's parent; -1: a root
+    owners: dict[str, list[int]] = {}  # call id -> the entries that made a call with it, in file order
+    answered: set[tuple[str, str]] = set()
+    results = 0
+    budget = 4 * len(entries) + 64  # steps up: past it (many calls of one id on other branches), walk
+    for i, e in enumerate(entries):
+        up = index.get(e.parent_id, -1)
+        if up < 0 and e.parent_id in ids:
+            return None  # its parent comes after it
+        index[e.id] = i
+        parent_at.append(up)
+        role = e.role
+        if role == "assistant":
+            for cid in e.tool_call_ids:
+                owners.setdefault(cid, []).append(i)
+        elif role == "tool":
+            results += 1
+            cid = e.tool_call_id or ""
+            for owner in reversed(owners.get(cid, ())):
+                at = up
+                while at > owner:
+                    at = parent_at[at]
+                    budget -= 1
+                if budget < 0:
+                    return None
+                if at == owner:
+                    answered.add((entries[owner].id or "", cid))
+                    break
+            else:
+                return None
+    return answered, results

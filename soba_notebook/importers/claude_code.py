@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._common import (
     IMAGE_PLACEHOLDER,
@@ -45,13 +45,14 @@ from ._common import (
     assistant_data,
     content_text,
     iso_timestamp,
+    object_or_empty,
     parse_arguments,
     tool_data,
     unknown_block,
     usage_json,
     user_data,
 )
-from .jsonl_reader import read_jsonl
+from .jsonl_reader import JsonlRead, read_jsonl
 
 __all__ = ["convert_claude_code"]
 
@@ -59,7 +60,7 @@ _RESERVED = frozenset({"type", "id", "parentId", "ts", "timestamp"})
 _INFO_KEYS = {"sessionId": "sessionId", "cwd": "cwd", "version": "claudeCodeVersion", "gitBranch": "gitBranch"}
 
 
-@dataclass
+@dataclass(slots=True)
 class _Assistant:
     """An assistant response being assembled from one or more consecutive lines."""
 
@@ -79,19 +80,21 @@ class _Assistant:
     api_error: bool = False
 
     def continues(self, line: Mapping[str, Any]) -> bool:
-        msg = found if isinstance(found := line.get("message"), Mapping) else {}
+        msg = object_or_empty(line.get("message"))
         return (self.message_id is not None and msg.get("id") == self.message_id and bool(self.uuids)
                 and line.get("parentUuid") == self.uuids[-1] and bool(line.get("isSidechain")) == self.sidechain)
 
 
-def convert_claude_code(data: bytes, name: str, log: ImportLog) -> Converted:
+def convert_claude_code(data: bytes, name: str, log: ImportLog, *, head: JsonlRead | None = None) -> Converted:
     """Convert the bytes of a Claude Code session file; problems and skips go to ``log``."""
-    read = read_jsonl(data, name)
+    read = read_jsonl(data, name, head=head)  # head: the lines format detection parsed
     log.problems.extend(read.problems)
     planned: list[Planned] = []
     call_names: dict[str, str] = {}
     info: dict[str, Any] = {}
+    info_missing = dict(_INFO_KEYS)
     session_ids: list[str] = []
+    seen_sessions: set[str] = set()
     pending: _Assistant | None = None
     messages = 0
 
@@ -104,16 +107,19 @@ def convert_claude_code(data: bytes, name: str, log: ImportLog) -> Converted:
     for record in read.records:
         value = record.value
         where = log.at(record.where)
-        if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
+        if not (value.__class__ is dict or isinstance(value, Mapping)) or not isinstance(value.get("type"), str):
             log.problem(where, "not a Claude Code record (a JSON object with a 'type'); skipped")
             log.skip("invalid_records")
             continue
         kind: str = value["type"]
-        for key, out in _INFO_KEYS.items():
-            if out not in info and isinstance(value.get(key), str):
-                info[out] = value[key]
+        if info_missing:  # each header value from the first record that has it
+            for key, out in tuple(info_missing.items()):
+                if isinstance(value.get(key), str):
+                    info[out] = value[key]
+                    del info_missing[key]
         sid = value.get("sessionId")
-        if isinstance(sid, str) and sid not in session_ids:
+        if isinstance(sid, str) and sid not in seen_sessions:  # a set: a resumed session has several
+            seen_sessions.add(sid)
             session_ids.append(sid)
         if kind == "assistant":
             messages += 1
@@ -137,33 +143,46 @@ def convert_claude_code(data: bytes, name: str, log: ImportLog) -> Converted:
             entry_type = "imported_" + (re.sub(r"[^A-Za-z0-9_-]", "_", kind) or "record")
             log.problem_once(f"type:{kind}", where, f"Claude Code record type {kind!r} is not conversation; "
                                                     f"kept as {entry_type} entries, not model input")
-            planned.append(Planned(entry_type, {k: v for k, v in value.items() if k not in _RESERVED},
-                                   **_place(value, where), leaf_candidate=False))
+            planned.append(_planned(entry_type, {k: v for k, v in value.items() if k not in _RESERVED}, where,
+                                    _place(value), leaf_candidate=False))
     flush()
     if len(session_ids) > 1:
         info["sessionIds"] = session_ids
     return Converted("claude_code", tuple(planned), messages, info)
 
 
-def _place(value: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """Where a record goes in the tree: ``ref``/``parent``/``tree``/``ts`` arguments of Planned."""
-    uuid = value.get("uuid") if isinstance(value.get("uuid"), str) and value.get("uuid") else None
-    parent = value.get("parentUuid") if isinstance(value.get("parentUuid"), str) else None
+class _Place(NamedTuple):
+    """Where a record goes in the tree: the ``ref``/``parent``/``tree``/``ts`` of its Planned entry."""
+
+    ref: str | None
+    parent: str | None
+    tree: bool
+    ts: str | None
+
+
+def _planned(kind: str, data: Mapping[str, Any], where: str, place: _Place, *, aliases: tuple[str, ...] = (),
+             leaf_candidate: bool = True) -> Planned:
+    return Planned(kind, data, where, place.ref, True, aliases, place.parent, place.tree, place.ts, leaf_candidate)
+
+
+def _place(value: Mapping[str, Any]) -> _Place:
+    """Where ``value`` (a record) goes in the tree."""
+    uuid = found if isinstance(found := value.get("uuid"), str) and found else None
+    parent = found if isinstance(found := value.get("parentUuid"), str) else None
     if parent is None and isinstance(value.get("logicalParentUuid"), str):
         parent = value["logicalParentUuid"]  # a compact boundary: logically continues its parent
     # A sidechain (sub-agent) root hangs under whatever came before it, as its own branch.
     tree = uuid is not None and not (parent is None and bool(value.get("isSidechain")))
-    return {"where": where, "ref": uuid, "parent": parent, "tree": tree,
-            "ts": iso_timestamp(value.get("timestamp"))}
+    return _Place(uuid, parent, tree, iso_timestamp(value.get("timestamp")))
 
 
 def _start_assistant(value: Mapping[str, Any], where: str, log: ImportLog,
                      call_names: dict[str, str]) -> _Assistant:
-    place = _place(value, where)
-    msg = found if isinstance(found := value.get("message"), Mapping) else {}
-    draft = _Assistant(where, [place["ref"]] if place["ref"] else [], place["parent"] if place["tree"] else None,
+    place = _place(value)
+    msg = object_or_empty(value.get("message"))
+    draft = _Assistant(where, [place.ref] if place.ref else [], place.parent if place.tree else None,
                        bool(value.get("isSidechain")), msg.get("id") if isinstance(msg.get("id"), str) else None,
-                       place["ts"])
+                       place.ts)
     _blocks_into(draft, msg, where, log, call_names)
     draft.api_error = bool(value.get("isApiErrorMessage"))
     return draft
@@ -173,7 +192,7 @@ def _add_assistant_line(draft: _Assistant, value: Mapping[str, Any], where: str,
                         call_names: dict[str, str]) -> None:
     if isinstance(value.get("uuid"), str):
         draft.uuids.append(value["uuid"])
-    msg = found if isinstance(found := value.get("message"), Mapping) else {}
+    msg = object_or_empty(value.get("message"))
     _blocks_into(draft, msg, where, log, call_names)
 
 
@@ -182,7 +201,7 @@ def _blocks_into(draft: _Assistant, msg: Mapping[str, Any], where: str, log: Imp
     content = msg.get("content")
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
     for block in blocks if isinstance(blocks, list) else ():
-        if not isinstance(block, Mapping):
+        if block.__class__ is not dict and not isinstance(block, Mapping):
             log.problem(where, "assistant content block is not an object; skipped")
             continue
         kind = block.get("type")
@@ -223,14 +242,14 @@ def _finish(draft: _Assistant) -> Planned:
                           images=draft.images, imported=imported)
     ref = draft.uuids[0] if draft.uuids else None
     tree = ref is not None and not (draft.parent is None and draft.sidechain)
-    return Planned("message", data, draft.where, ref=ref, aliases=tuple(draft.uuids[1:]), parent=draft.parent,
-                   tree=tree, ts=draft.ts, leaf_candidate=not draft.sidechain)
+    return Planned("message", data, draft.where, ref, True, tuple(draft.uuids[1:]), draft.parent, tree, draft.ts,
+                   not draft.sidechain)
 
 
 def _user(value: Mapping[str, Any], where: str, log: ImportLog, call_names: Mapping[str, str]) -> list[Planned]:
-    place = _place(value, where)
+    place = _place(value)
     sidechain = bool(value.get("isSidechain"))
-    msg = found if isinstance(found := value.get("message"), Mapping) else {}
+    msg = object_or_empty(value.get("message"))
     content = msg.get("content")
     source = ("claude_code_compact_summary" if value.get("isCompactSummary")
               else "claude_code_meta" if value.get("isMeta") else None)
@@ -241,7 +260,7 @@ def _user(value: Mapping[str, Any], where: str, log: ImportLog, call_names: Mapp
     rest: list[Any] = []
     if isinstance(content, list):
         for block in content:
-            if isinstance(block, Mapping) and block.get("type") == "tool_result":
+            if (block.__class__ is dict or isinstance(block, Mapping)) and block.get("type") == "tool_result":
                 call_id = str(block.get("tool_use_id") or "")
                 text, images = content_text(block.get("content"), where, log)
                 datas.append(tool_data(call_id, call_names.get(call_id, ""), text,
@@ -252,29 +271,29 @@ def _user(value: Mapping[str, Any], where: str, log: ImportLog, call_names: Mapp
         text, images = content_text(rest if isinstance(content, list) else content, where, log)
         datas.append(user_data(text, images=images, source=source, imported=imported))
     out: list[Planned] = []
-    uuid = place["ref"]
+    uuid = place.ref
     for k, data in enumerate(datas):
         last = k == len(datas) - 1
         aliases = (uuid,) if last and uuid is not None and k > 0 else ()
         if k == 0:
-            out.append(Planned("message", data, **place, aliases=aliases, leaf_candidate=not sidechain))
+            out.append(_planned("message", data, where, place, aliases=aliases, leaf_candidate=not sidechain))
         else:  # blocks of one line: chained after the first, in order
             ref = f"{uuid}:{k}" if uuid is not None else None
-            out.append(Planned("message", data, where, ref=ref, aliases=aliases, ts=place["ts"],
+            out.append(Planned("message", data, where, ref=ref, aliases=aliases, ts=place.ts,
                                leaf_candidate=not sidechain))
     return out
 
 
 def _system(value: Mapping[str, Any], where: str) -> Planned:
-    place = _place(value, where)
+    place = _place(value)
     leaf = not value.get("isSidechain")
     if value.get("subtype") == "compact_boundary":
-        meta = found if isinstance(found := value.get("compactMetadata"), Mapping) else {}
+        meta = object_or_empty(value.get("compactMetadata"))
         data = {"source": "claude_code", "content": value.get("content"), "trigger": meta.get("trigger"),
                 "tokensBefore": meta.get("preTokens")}
-        return Planned("imported_compaction", {k: v for k, v in data.items() if v is not None}, **place,
-                       leaf_candidate=leaf)
+        return _planned("imported_compaction", {k: v for k, v in data.items() if v is not None}, where, place,
+                        leaf_candidate=leaf)
     content = value.get("content")
     data = {"content": content if isinstance(content, str) else "", "source": "claude_code",
             "subtype": value.get("subtype"), "level": value.get("level")}
-    return Planned("system", {k: v for k, v in data.items() if v is not None}, **place, leaf_candidate=leaf)
+    return _planned("system", {k: v for k, v in data.items() if v is not None}, where, place, leaf_candidate=leaf)

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SessionError
-from .jsonl_reader import read_jsonl
+from .jsonl_reader import JsonlRead, read_jsonl
 
-__all__ = ["FORMATS", "detect_format", "detect_format_and_document", "detect_format_of"]
+__all__ = ["FORMATS", "detect_format", "detect_format_and_document", "detect_format_and_parsed", "detect_format_of"]
 
 #: Every format an importer exists for, in the spelling ``importedFrom.format`` records.
 FORMATS = ("pi", "claude_code", "mini_swe_agent", "swe_agent", "openai_messages")
@@ -57,26 +57,33 @@ def detect_format_of(data: bytes, name: str) -> str:
 def detect_format_and_document(data: bytes, name: str) -> tuple[str, Any]:
     """Like :func:`detect_format_of`, also returning the whole JSON document when detection had to
     parse it (``None`` otherwise), so an import does not parse a ``.traj.json`` file a second time."""
+    format, doc, _head = detect_format_and_parsed(data, name)
+    return format, doc
+
+
+def detect_format_and_parsed(data: bytes, name: str) -> tuple[str, Any, JsonlRead | None]:
+    """Like :func:`detect_format_and_document`, also returning the JSON Lines head detection read
+    (``None`` when it read none), so an import does not parse those lines a second time either."""
     stripped = data.lstrip(b"\xef\xbb\xbf \t\r\n")
     if not stripped:
         raise SessionError(f"{name}: empty file; expected a transcript ({_expected()})")
     if stripped[:1] == b"[":
         doc = _load_document(data)
         if isinstance(doc, list) and _looks_like_chat(doc):
-            return "openai_messages", doc
+            return "openai_messages", doc, None
         raise SessionError(f"{name}: a JSON array, but not of chat messages (objects with a 'role'); "
                            f"expected a transcript ({_expected()})")
     doc = _load_document(data) if _may_be_document(stripped) else None
     if isinstance(doc, Mapping) and _is_document(doc):
         fmt = _document_format(doc, name)
         if fmt is not None:
-            return fmt, doc
+            return fmt, doc, None
     head = read_jsonl(data, name, max_lines=_HEAD_LINES)
     records = [r.value for r in head.records if isinstance(r.value, Mapping)]
     if records and (doc is None or isinstance(doc, Mapping)):
         fmt = _jsonl_format(records[0], records)
         if fmt is not None:
-            return fmt, doc
+            return fmt, doc, head
         if records[0].get("type") == "session" and records[0].get("producer") == "soba_notebook":
             raise SessionError(f"{name}: this is already a SOBA session; open it with SessionStore.open "
                                f"instead of importing it")

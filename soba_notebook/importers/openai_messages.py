@@ -40,6 +40,7 @@ from ._common import (
     assistant_data,
     content_text,
     iso_timestamp,
+    object_or_empty,
     parse_arguments,
     tool_data,
     usage_json,
@@ -70,7 +71,7 @@ def convert_openai_format(format: str, data: bytes, name: str, log: ImportLog, *
         lines = [r.line for r in read.records]
     elif isinstance(doc, list):
         messages = doc
-        lines = array_element_lines(text, None)
+        _locate_lazily(log, text, None, len(messages))
     elif isinstance(doc, Mapping) and format == "openai_messages" and isinstance(doc.get("role"), str):
         messages = [doc]  # JSON Lines holding a single message
         lines = [1]
@@ -80,7 +81,7 @@ def convert_openai_format(format: str, data: bytes, name: str, log: ImportLog, *
         messages = raw if isinstance(raw, list) else []
         if not isinstance(raw, list):
             log.problem(log.at(1), f"no '{key}' list in the document; nothing to import")
-        lines = array_element_lines(text, key)
+        _locate_lazily(log, text, key, len(messages))
         info = _info(format, doc, log)
     else:
         log.problem(log.at(1), "the document is neither a list of messages nor an object holding one")
@@ -89,6 +90,17 @@ def convert_openai_format(format: str, data: bytes, name: str, log: ImportLog, *
         lines = []
     entries = _convert_messages(messages, lines, log, demo_source=format == "swe_agent")
     return Converted(format, tuple(entries), len(messages), info)
+
+
+def _locate_lazily(log: ImportLog, text: str, key: str | None, count: int) -> None:
+    """Problems at ``file:[index]`` name the line the message starts on, found when the first one is
+    reported: finding the lines decodes every message once more (a tenth of a clean import)."""
+
+    def lines() -> list[int]:
+        found = array_element_lines(text, key)
+        return found if len(found) == count else []
+
+    log.locate_elements(lines)
 
 
 def _not_json(name: str, exc: ValueError) -> Exception:
@@ -101,7 +113,7 @@ def _not_json(name: str, exc: ValueError) -> Exception:
 
 def _info(format: str, doc: Mapping[str, Any], log: ImportLog) -> dict[str, Any]:
     info: dict[str, Any] = {}
-    raw_info = found if isinstance(found := doc.get("info"), Mapping) else {}
+    raw_info = object_or_empty(doc.get("info"))
     if isinstance(raw_info.get("model_stats"), Mapping):
         info["modelStats"] = dict(raw_info["model_stats"])
     for key, out in (("exit_status", "exitStatus"), ("mini_version", "miniVersion"), ("swe_agent_version",
@@ -123,13 +135,13 @@ def _convert_messages(messages: Sequence[Any], lines: Sequence[int], log: Import
     call_names: dict[str, str] = {}
     legacy_calls: list[tuple[str, str]] = []  # (synthetic id, function name) awaiting a "function" result
     for index, msg in enumerate(messages):
-        where = log.at(lines[index]) if lines else log.at(f"[{index}]")
-        if not isinstance(msg, Mapping) or not isinstance(msg.get("role"), str):
+        where = log.at(lines[index]) if lines else log.at_element(index)
+        if not (msg.__class__ is dict or isinstance(msg, Mapping)) or not isinstance(msg.get("role"), str):
             log.problem(where, "not a chat message (an object with a 'role'); skipped")
             log.skip("invalid_records")
             continue
         role: str = msg["role"]
-        extra = found if isinstance(found := msg.get("extra"), Mapping) else {}
+        extra = object_or_empty(msg.get("extra"))
         ts_raw = msg.get("timestamp", extra.get("timestamp"))
         ts = iso_timestamp(ts_raw)
         if ts is None and ts_raw is not None:
@@ -162,10 +174,10 @@ def _assistant(msg: Mapping[str, Any], extra: Mapping[str, Any], index: int, whe
     calls: list[dict[str, Any]] = []
     raw_calls = msg.get("tool_calls")
     for call in raw_calls if isinstance(raw_calls, list) else ():
-        if not isinstance(call, Mapping):
+        if call.__class__ is not dict and not isinstance(call, Mapping):
             log.problem(where, "a tool call is not an object; skipped")
             continue
-        fn = found if isinstance(found := call.get("function"), Mapping) else {}
+        fn = object_or_empty(call.get("function"))
         call_id = str(call.get("id") or "")
         name = str(fn.get("name") or call.get("name") or "")
         if not call_id:
@@ -175,23 +187,23 @@ def _assistant(msg: Mapping[str, Any], extra: Mapping[str, Any], index: int, whe
                       "arguments": parse_arguments(fn.get("arguments", call.get("arguments")), where, log,
                                                    call_id)})
     legacy = msg.get("function_call")
-    if isinstance(legacy, Mapping):
+    if legacy is not None and isinstance(legacy, Mapping):
         call_id = f"fc_{index}"
         name = str(legacy.get("name") or "")
         legacy_calls.append((call_id, name))
         call_names[call_id] = name
         calls.append({"id": call_id, "name": name,
                       "arguments": parse_arguments(legacy.get("arguments"), where, log, call_id)})
-    response = found if isinstance(found := extra.get("response"), Mapping) else {}
+    response = object_or_empty(extra.get("response"))
     usage = usage_json(msg.get("usage")) or usage_json(response.get("usage"))
     model = msg.get("model", response.get("model"))
     stop = msg.get("finish_reason")
     choices = response.get("choices")
-    if stop is None and isinstance(choices, list) and choices and isinstance(choices[0], Mapping):
-        stop = choices[0].get("finish_reason")
+    if stop is None and isinstance(choices, list) and choices:
+        stop = object_or_empty(choices[0]).get("finish_reason")
     specific = msg.get("provider_specific_fields")
     thinking = msg.get("reasoning_content") or (specific.get("reasoning_content")
-                                                if isinstance(specific, Mapping) else None)
+                                                if specific is not None and isinstance(specific, Mapping) else None)
     return assistant_data(text, calls, usage=usage, model=model if isinstance(model, str) else None,
                           stop_reason=stop if isinstance(stop, str) else None,
                           thinking=thinking if isinstance(thinking, str) else None, images=images)

@@ -42,13 +42,14 @@ from ._common import (
     assistant_data,
     content_text,
     iso_timestamp,
+    object_or_empty,
     parse_arguments,
     tool_data,
     unknown_block,
     usage_json,
     user_data,
 )
-from .jsonl_reader import JsonRecord, read_jsonl
+from .jsonl_reader import JsonlRead, JsonRecord, read_jsonl
 
 __all__ = ["convert_pi"]
 
@@ -58,9 +59,9 @@ _HEADER_INFO = {"id": "sessionId", "timestamp": "created", "cwd": "cwd", "versio
                 "parentSession": "parentSession"}
 
 
-def convert_pi(data: bytes, name: str, log: ImportLog) -> Converted:
+def convert_pi(data: bytes, name: str, log: ImportLog, *, head: JsonlRead | None = None) -> Converted:
     """Convert the bytes of a pi session file; problems and skips go to ``log``."""
-    read = read_jsonl(data, name)
+    read = read_jsonl(data, name, head=head)  # head: the lines format detection parsed
     log.problems.extend(read.problems)
     records = list(read.records)
     info: dict[str, Any] = {}
@@ -80,7 +81,7 @@ def convert_pi(data: bytes, name: str, log: ImportLog) -> Converted:
             continue
         refs_by_index[index] = item.ref or ""
         planned.append(item)
-        if isinstance(record.value, Mapping) and record.value.get("type") == "message":
+        if record.value["type"] == "message":  # a converted record is an object with a 'type'
             messages += 1
     return Converted("pi", tuple(planned), messages, info)
 
@@ -88,35 +89,40 @@ def convert_pi(data: bytes, name: str, log: ImportLog) -> Converted:
 def _convert_record(record: JsonRecord, log: ImportLog, refs_by_index: Mapping[int, str]) -> Planned | None:
     value = record.value
     where = log.at(record.where)
-    if not isinstance(value, Mapping) or not isinstance(value.get("type"), str):
+    # exact-type checks first: they run for every record, and an ABC isinstance is slow
+    if not (value.__class__ is dict or isinstance(value, Mapping)) or not isinstance(value.get("type"), str):
         log.problem(where, "not a pi entry (a JSON object with a 'type'); skipped")
         log.skip("invalid_records")
         return None
     kind: str = value["type"]
-    own_id = value.get("id") if isinstance(value.get("id"), str) and value.get("id") else None
-    parent = value.get("parentId") if isinstance(value.get("parentId"), str) else None
-    ts = iso_timestamp(value.get("timestamp"))
-    if ts is None and value.get("timestamp") is not None:
-        log.problem(where, f"timestamp {value.get('timestamp')!r} is not a date; the import time is used")
-    base: dict[str, Any] = {"where": where, "ref": own_id or f"#{record.line}.{record.part}",
-                            "keep_id": own_id is not None, "parent": parent, "tree": own_id is not None, "ts": ts}
+    own_id = found if isinstance(found := value.get("id"), str) and found else None
+    parent = found if isinstance(found := value.get("parentId"), str) else None
+    raw_ts = value.get("timestamp")
+    ts = iso_timestamp(raw_ts)
+    if ts is None and raw_ts is not None:
+        log.problem(where, f"timestamp {raw_ts!r} is not a date; the import time is used")
+    ref = own_id or f"#{record.line}.{record.part}"
+    keep = own_id is not None
+
+    def planned(entry_type: str, data: Mapping[str, Any], id_refs: tuple[str, ...] = ()) -> Planned:
+        return Planned(entry_type, data, where, ref, keep, (), parent, keep, ts, True, id_refs)
 
     if kind == "message":
         msg = value.get("message")
-        if not isinstance(msg, Mapping):
+        if not (msg.__class__ is dict or isinstance(msg, Mapping)):
             log.problem(where, "message entry without a 'message' object; kept as imported_message")
-            return Planned("imported_message", _fields(value), **base)
+            return planned("imported_message", _fields(value))
         if ts is None:
-            base["ts"] = iso_timestamp(msg.get("timestamp"))
+            ts = iso_timestamp(msg.get("timestamp"))
         entry_type, data = _message(msg, where, log)
-        return Planned(entry_type, data, **base)
+        return planned(entry_type, data)
     if kind == "model_change":
         changes = {"provider": value.get("provider"), "model": value.get("modelId")}
-        return Planned("config", _config(changes, kind), **base)
+        return planned("config", _config(changes, kind))
     if kind == "thinking_level_change":
-        return Planned("config", _config({"thinkingLevel": value.get("thinkingLevel")}, kind), **base)
+        return planned("config", _config({"thinkingLevel": value.get("thinkingLevel")}, kind))
     if kind == "session_info":
-        return Planned("config", _config({"sessionName": value.get("name")}, kind), **base)
+        return planned("config", _config({"sessionName": value.get("name")}, kind))
     if kind == "compaction":
         data = {"source": "pi", "summary": value.get("summary"), "tokensBefore": value.get("tokensBefore")}
         first_kept = value.get("firstKeptEntryId")
@@ -129,21 +135,21 @@ def _convert_record(record: JsonRecord, log: ImportLog, refs_by_index: Mapping[i
         for key in ("details", "fromHook"):
             if key in value:
                 data[key] = value[key]
-        return Planned("imported_compaction", data, id_refs=("firstKeptEntryId",), **base)
+        return planned("imported_compaction", data, ("firstKeptEntryId",))
     if kind == "branch_summary":
         text = found if isinstance(found := value.get("summary"), str) else ""
-        return Planned("message", user_data(text, source="pi_branch_summary",
-                                            imported={"fromId": value.get("fromId")}), **base)
+        return planned("message", user_data(text, source="pi_branch_summary",
+                                            imported={"fromId": value.get("fromId")}))
     if kind == "custom_message":
         text, images = content_text(value.get("content"), where, log)
-        return Planned("message", user_data(text, images=images,
-                                            source=f"pi_custom_message:{value.get('customType', '')}"), **base)
+        return planned("message", user_data(text, images=images,
+                                            source=f"pi_custom_message:{value.get('customType', '')}"))
     if kind == "label":
-        return Planned("imported_label", _fields(value), id_refs=("targetId",), **base)
+        return planned("imported_label", _fields(value), ("targetId",))
     if kind != "custom":
         log.problem_once(f"type:{kind}", where, f"unknown pi entry type {kind!r}; kept as "
                                                 f"{_entry_type(kind)} entries, not model input")
-    return Planned(_entry_type(kind), _fields(value), **base)
+    return planned(_entry_type(kind), _fields(value))
 
 
 def _entry_type(kind: str) -> str:
@@ -174,7 +180,7 @@ def _message(msg: Mapping[str, Any], where: str, log: ImportLog) -> tuple[str, d
         if not isinstance(call_id, str):
             log.problem(where, "tool result without a toolCallId")
             call_id = ""
-        details = found if isinstance(found := msg.get("details"), Mapping) else {}
+        details = object_or_empty(msg.get("details"))
         return "message", tool_data(call_id, str(msg.get("toolName") or ""), text,
                                     is_error=bool(msg.get("isError")), images=images,
                                     exit_code=details.get("exitCode"),
@@ -204,7 +210,7 @@ def _assistant(msg: Mapping[str, Any], where: str, log: ImportLog) -> dict[str, 
     content = msg.get("content")
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
     for block in blocks if isinstance(blocks, list) else ():
-        kind = block.get("type") if isinstance(block, Mapping) else None
+        kind = block.get("type") if block.__class__ is dict or isinstance(block, Mapping) else None
         if kind == "text":
             texts.append(str(block.get("text") or ""))
         elif kind == "thinking":

@@ -280,6 +280,13 @@ class SessionStore:
         return int(self.header.get("version", 1)) > FORMAT_VERSION
 
     @property
+    def next_line(self) -> int:
+        """The line the next appended entry lands on, unless another writer appends first: an
+        importer builds each entry with it, so :meth:`append_many` keeps that entry instead of
+        building it again (one ``Entry`` per record)."""
+        return self._line_no + 1
+
+    @property
     def leaf_id(self) -> str | None:
         return self._leaf
 
@@ -422,7 +429,8 @@ class SessionStore:
             out: list[Entry] = []
             for entry in filled:
                 self._line_no += 1
-                entry = Entry(entry.type, entry.data, entry.id, entry.parent_id, entry.ts, self._line_no)
+                if entry.line != self._line_no:  # a bulk writer may build it with its line (see next_line)
+                    entry = Entry(entry.type, entry.data, entry.id, entry.parent_id, entry.ts, self._line_no)
                 self._index(entry)
                 out.append(entry)
             self.version += 1
@@ -436,7 +444,8 @@ class SessionStore:
         stamp = now_iso(self._clock() if self._clock else None)
         for i, entry in enumerate(entries):
             eid = entry.id or new_id()
-            if entry.id is None or entry.parent_id is None or not entry.ts:  # importers fill all three
+            # importers fill all three (a root's parent is None, as is a fresh session's leaf)
+            if entry.id is None or (entry.parent_id is None and leaf is not None) or not entry.ts:
                 entry = entry.with_ids(eid, entry.parent_id if entry.parent_id is not None else leaf,
                                        entry.ts or stamp)
             if eid in self._by_id or eid in batch_ids:
