@@ -11,6 +11,7 @@ Messages are provider-neutral: a ``message`` entry holds ``{"role": "user" | "as
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from .payloads import CheckpointData, ConfigData, LeafData
 
 __all__ = [
     "MESSAGE_TYPES_FOR_MODEL",
+    "MODEL_ROLES",
     "Entry",
     "ToolCall",
     "Usage",
@@ -40,7 +42,12 @@ __all__ = [
 MESSAGE_TYPES_FOR_MODEL = frozenset({"message"})
 
 
-_MODEL_ROLES = frozenset({"user", "assistant", "tool"})
+#: The roles of model input: an entry is model input when its role is one of these.
+MODEL_ROLES = frozenset({"user", "assistant", "tool"})
+#: Type names and roles are shared objects: every entry of a long session names one of a handful,
+#: and a walk over a whole context compares or hashes them per entry; one object each stays in the
+#: cache where a separate copy per line read would cost a miss per entry (and 56 bytes).
+_shared = sys.intern
 _NO_MESSAGE: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -150,12 +157,19 @@ class Entry:
     _role: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        kind = self.type
+        if kind.__class__ is str:  # one shared object per type name, not one per line read
+            kind = _shared(kind)
+            object.__setattr__(self, "type", kind)
         role = None
-        if self.type == "message":
+        if kind == "message":
             msg = self.data.get("message")
             if msg.__class__ is dict or isinstance(msg, Mapping):
                 found = msg.get("role")
-                role = found if found.__class__ is str or isinstance(found, str) else None
+                if found.__class__ is str:
+                    role = _shared(found)
+                elif isinstance(found, str):
+                    role = found
         object.__setattr__(self, "_role", role)
 
     # -- stored form -------------------------------------------------------------------------
@@ -226,7 +240,7 @@ class Entry:
 
     @property
     def is_model_input(self) -> bool:
-        return self._role in _MODEL_ROLES  # only a "message" entry has a role (MESSAGE_TYPES_FOR_MODEL)
+        return self._role in MODEL_ROLES  # only a "message" entry has a role (MESSAGE_TYPES_FOR_MODEL)
 
 
 def _message(**fields: Any) -> Entry:
