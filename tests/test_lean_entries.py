@@ -7,8 +7,11 @@ Counted, never timed: shared objects are checked by identity, work by counting l
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from soba_notebook.session import Entry, SessionStore, ToolCall, assistant_message, tool_result, user_message
 from soba_notebook.session.context import build_context
@@ -70,3 +73,30 @@ def test_shared_type_and_role_objects_change_neither_equality_nor_the_stored_lin
         raw = json.loads(line)
         assert entry == Entry.from_json(raw)
         assert json.dumps(entry.to_json(), ensure_ascii=False, separators=(",", ":")) == line
+
+
+def test_entries_read_from_a_file_share_one_object_per_key(tmp_path: Path) -> None:
+    entries = SessionStore.open(_session(tmp_path)).path()
+    keys = [k for e in entries for k in e.message]
+    assert len(keys) > 100
+    assert len({id(k) for k in keys}) == len(set(keys))  # one object per distinct key, not one per line
+
+
+@pytest.mark.parametrize(("inserted", "skipped"), [
+    ([""], 0),  # a blank line
+    (["[1, 2]"], 1),  # a value that is not an entry
+    (['{"type":"message","id":"t1","message":[{"a":1}', '{"b":2}]}'], 2),  # one value over two lines
+    (['{"type":"message","id":"x"},{"type":"message","id":"y"}'], 1),  # two values on one line
+    (['{"type":"message","id":"t2","message":{"role":"user","content":"torn'], 1),  # a torn write
+])
+def test_a_batch_with_a_line_that_is_not_one_entry_reads_line_by_line_as_before(
+        tmp_path: Path, inserted: list[str], skipped: int) -> None:
+    file = _session(tmp_path, turns=2)
+    lines = file.read_text(encoding="utf-8").splitlines()
+    file.write_text("\n".join([*lines[:3], *inserted, *lines[3:]]) + "\n", encoding="utf-8")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        store = SessionStore.open(file)
+    after = len(inserted)
+    assert [e.line for e in store.entries()] == [2, 3, *range(4 + after, len(lines) + after + 1)]
+    assert len(store.problems) == skipped
