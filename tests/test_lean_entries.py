@@ -100,3 +100,12 @@ def test_a_batch_with_a_line_that_is_not_one_entry_reads_line_by_line_as_before(
     after = len(inserted)
     assert [e.line for e in store.entries()] == [2, 3, *range(4 + after, len(lines) + after + 1)]
     assert len(store.problems) == skipped
+
+
+def test_a_message_field_with_few_values_holds_one_object_per_value(tmp_path: Path) -> None:
+    entries = SessionStore.open(_session(tmp_path)).path()
+    for key in ("role", "model", "name"):
+        values = [e.message[key] for e in entries if key in e.message]
+        assert len(values) >= 20
+        assert len({id(v) for v in values}) == len(set(values)), key
+    assert all(e.message["role"] is e.role for e in entries)

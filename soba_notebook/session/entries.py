@@ -48,6 +48,9 @@ MODEL_ROLES = frozenset({"user", "assistant", "tool"})
 #: and a walk over a whole context compares or hashes them per entry; one object each stays in the
 #: cache where a separate copy per line read would cost a miss per entry (and 56 bytes).
 _shared = sys.intern
+#: Message fields with few distinct values across a session (the role, which model and provider
+#: answered, why it stopped, which tool a result is from): read from a file, each is shared.
+_FEW_VALUED = ("role", "model", "provider", "stopReason", "name")
 _NO_MESSAGE: Mapping[str, Any] = MappingProxyType({})
 
 
@@ -192,6 +195,12 @@ class Entry:
         """Like :meth:`from_json` for a dict just parsed from a line: takes it over instead of copying."""
         pop = obj.pop
         parent = pop("parentId", None)
+        msg = obj.get("message")
+        if msg.__class__ is dict:  # the message's few-valued fields: one shared object each (same value)
+            for key in _FEW_VALUED:
+                value = msg.get(key)
+                if value.__class__ is str:
+                    msg[key] = _shared(value)
         return cls(pop("type"), obj, pop("id", None), parent if parent.__class__ is str else None,
                    pop("ts", None), line)
 

@@ -102,7 +102,7 @@ def parse_lines(file: Path, region: bytes, first_line: int,
     """
     values = _parse_as_one_array(region)
     if values is not None:
-        yield from zip(range(first_line, first_line + len(values)), values)
+        yield from enumerate(values, first_line)
         return
     try:
         text = region.decode("utf-8")
