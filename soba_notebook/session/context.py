@@ -76,7 +76,7 @@ def capsule_is_usable(entry: Entry) -> bool:
 
 
 _TYPE = attrgetter("type")
-_ROLE = attrgetter("_role")
+_ROLE = attrgetter("role")
 _IS_INPUT = MODEL_ROLES.__contains__  # an entry is model input when it has a model role
 
 

@@ -54,6 +54,10 @@ _FEW_VALUED = ("role", "model", "provider", "stopReason", "name")
 _NO_MESSAGE: Mapping[str, Any] = MappingProxyType({})
 
 
+def _as_str(value: Any) -> str:
+    return value if value.__class__ is str else str(value)
+
+
 def new_id(prefix: str = "") -> str:
     """A fresh entry id: 64 random bits, hex, so 100k-entry sessions never collide in practice."""
     return prefix + _urandom(8).hex()  # what secrets.token_hex(8) does, without its two extra calls
@@ -157,7 +161,9 @@ class Entry:
     parent_id: str | None = None
     ts: str | None = None
     line: int | None = field(default=None, compare=False)
-    _role: str | None = field(default=None, init=False, repr=False, compare=False)
+    #: the message's role (None for other entries), read once when the entry is made: a plain
+    #: attribute, since every walk over a context asks it of every entry
+    role: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         kind = self.type
@@ -173,7 +179,7 @@ class Entry:
                     role = _shared(found)
                 elif isinstance(found, str):
                     role = found
-        object.__setattr__(self, "_role", role)
+        object.__setattr__(self, "role", role)
 
     # -- stored form -------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -217,10 +223,6 @@ class Entry:
         return msg if msg.__class__ is dict or isinstance(msg, Mapping) else _NO_MESSAGE
 
     @property
-    def role(self) -> str | None:
-        return self._role
-
-    @property
     def text(self) -> str:
         content = self.message.get("content", "")
         return content if isinstance(content, str) else ""
@@ -236,7 +238,8 @@ class Entry:
         calls = self.message.get("toolCalls")
         if not calls:
             return ()
-        return tuple(str(c.get("id", "")) for c in calls if isinstance(c, Mapping))
+        # a list, not a generator: no frame per call (the cut point asks it of every reply in its window)
+        return tuple([_as_str(c.get("id", "")) for c in calls if c.__class__ is dict or isinstance(c, Mapping)])
 
     @property
     def tool_call_id(self) -> str | None:
@@ -249,7 +252,7 @@ class Entry:
 
     @property
     def is_model_input(self) -> bool:
-        return self._role in MODEL_ROLES  # only a "message" entry has a role (MESSAGE_TYPES_FOR_MODEL)
+        return self.role in MODEL_ROLES  # only a "message" entry has a role (MESSAGE_TYPES_FOR_MODEL)
 
 
 def _message(**fields: Any) -> Entry:
