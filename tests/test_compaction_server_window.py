@@ -121,3 +121,32 @@ def _filled(schema: Mapping[str, Any]) -> Any:
     if kind == "array":
         return [_filled(schema["items"]) for _ in range(schema["maxItems"])]
     return {key: _filled(value) for key, value in schema["properties"].items()}
+
+
+class _CappedCounter(TokenCounter):
+    """Counts its calls and stops a clip loop that makes no progress (instead of hanging the suite)."""
+
+    calls = 0
+
+    def count_text(self, text: str) -> int:
+        self.calls += 1
+        if self.calls > 100:
+            raise AssertionError("the clip loop is making no progress")
+        return super().count_text(text)
+
+
+def test_an_entry_a_little_over_a_tiny_summary_budget_is_clipped_in_a_few_steps_never_forever() -> None:
+    # found by bench/bench_soak.py, which hung here: a 16k window whose rolled state left no room
+    # (budget floored at 50 tokens) and a 216-character reply of 52 tokens; the omission marker
+    # added back what each clip removed, so the text never got shorter
+    from soba_notebook.compaction.summarize import _fit
+
+    history = ("[assistant f3417c614fc141af]\n[offline scripted model] Review finished: the calculator project "
+               "is built, its tests pass and the script has nothing more to build. To start over, delete "
+               "`calc_demo/` and send any prompt.")
+    counter = _CappedCounter("soba-scripted")
+    assert counter.count_text(history) > 50
+    for budget in (0, 30, 50):
+        counter.calls = 0
+        clipped = _fit(history, budget, counter)
+        assert len(clipped) < len(history) and counter.calls <= 5

@@ -219,3 +219,27 @@ def test_the_tail_cut_reads_the_kept_tail_not_the_history(call_id: str) -> None:
     got = tail_cut_point(view, _cum(tokens), index, 400, max_tail_tokens=100)
     assert got == find_cut_point(entries, tokens, 400, max_tail_tokens=100) == len(entries) - 9
     assert view.reads <= 50
+
+
+def test_an_id_called_twice_after_its_last_result_is_open_from_the_first_of_those_calls() -> None:
+    # found by the property test above: c0 answered once, then called at 3 and again at 5; at the
+    # user message 4 it is still open (call 3), so the cut may not move past 3
+    entries = [user_message("start"), assistant_message("", [ToolCall("c0", "read_file", {})]),
+               tool_result("c0", "read_file", "x"), assistant_message("", [ToolCall("c0", "read_file", {})]),
+               user_message("next"), assistant_message("", [ToolCall("c0", "read_file", {})])]
+    index = _index(entries)
+    assert index.open_at(4) == {"c0"}
+    _assert_same_cuts(entries, [0, 0, 0, 0, 0, 7], index)
+
+
+def test_without_a_tail_limit_the_cut_reads_nothing_after_the_cut_it_returns() -> None:
+    # the pi-mono shape: a user message, then a long run of calls and results to the leaf; the cut
+    # wanted lies just after the user message, far from the end
+    entries: list[Entry] = [user_message("start"), assistant_message("ok"), user_message("work on")]
+    for t in range(500):
+        entries += [assistant_message("", [ToolCall(f"c{t}", "read_file", {})]), tool_result(f"c{t}", "read_file", "y")]
+    tokens = [10] * len(entries)
+    view = _CountingView(entries)
+    cut = tail_cut_point(view, _cum(tokens), _index(entries), keep_recent_tokens=len(entries) * 10 - 60)
+    assert cut == find_cut_point(entries, tokens, len(entries) * 10 - 60) == 5
+    assert view.reads <= 6, f"read {view.reads:,} entries for a cut at 5"

@@ -148,7 +148,10 @@ def quote(text: str) -> str:
     """Capsule text made inert inside the wrapper: it can neither close or open the wrapper tag nor start
     a heading or a new block (every continuation line is indented). Every text rendered inside the
     wrapper goes through it, the kernel-state section included (:mod:`.kernel_section`)."""
-    text = _WRAPPER_TAG.sub(lambda m: "&lt;" + m.group(1), str(text))
+    text = str(text)
+    if "<" not in text and "\n" not in text and "\r" not in text:  # most items (file names): nothing to do
+        return text
+    text = _WRAPPER_TAG.sub(lambda m: "&lt;" + m.group(1), text)
     return text.replace("\r", "").replace("\n", "\n  ")
 
 

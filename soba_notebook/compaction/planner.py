@@ -44,13 +44,14 @@ def valid_boundaries(entries: Sequence[Entry]) -> tuple[list[int], bool]:
 
 
 def scan_boundaries(entries: Sequence[Entry], answered: Container[str], open_calls: set[str],
-                    start: int) -> tuple[list[int], bool]:
+                    start: int, stop: int | None = None) -> tuple[list[int], bool]:
     """The walk of :func:`valid_boundaries` from ``start`` (0, or a user message where
     ``open_calls`` are the calls still waiting for a result that comes later): the valid
-    boundaries at ``start`` and after, and whether the end is one. ``open_calls`` is consumed."""
+    boundaries at ``start`` and after (before ``stop``, when given: the walk ends there), and
+    whether the end is one (meaningful only when walked to the end). ``open_calls`` is consumed."""
     valid: list[int] = []
     unanswered: set[str] = set()  # calls with no result anywhere in entries
-    for i in range(start, len(entries)):
+    for i in range(start, len(entries) if stop is None else min(stop, len(entries))):
         e = entries[i]
         role = e.role
         if role == "user":

@@ -346,7 +346,11 @@ def _fit(history: str, budget: int, counter: TokenCounter) -> str:
     budget = max(budget, 50)
     tokens = counter.count_text(history)
     while tokens > budget:
-        history = _clip(history, max(100, int(len(history) * budget / tokens * 0.9)))
+        limit = max(100, int(len(history) * budget / tokens * 0.9))
+        clipped = _clip(history, limit)
+        if len(clipped) >= len(history):  # the omission marker ate the saving: it would clip forever
+            clipped = _clip(history, 100)
+        history = clipped
         tokens = counter.count_text(history)
         if len(history) <= 200:
             break

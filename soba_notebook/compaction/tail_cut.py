@@ -33,10 +33,10 @@ from .planner import scan_boundaries
 __all__ = ["tail_cut_point"]
 
 
-def _walk(entries: Sequence[Entry], index: ToolCallIndex, start: int) -> tuple[list[int], bool]:
-    """Valid boundaries at ``start`` and after, and whether the end is one: ``start`` is 0 or a
-    user message. The reference's own loop, begun in the state it has there."""
-    return scan_boundaries(entries, index.answered, index.open_at(start) if start > 0 else set(), start)
+def _walk(entries: Sequence[Entry], index: ToolCallIndex, start: int, stop: int | None) -> tuple[list[int], bool]:
+    """Valid boundaries at ``start`` and after (up to ``stop``), and whether the end is one:
+    ``start`` is 0 or a user message. The reference's own loop, begun in the state it has there."""
+    return scan_boundaries(entries, index.answered, index.open_at(start) if start > 0 else set(), start, stop)
 
 
 def tail_cut_point(entries: Sequence[Entry], cum: Sequence[int], index: ToolCallIndex, keep_recent_tokens: int, *,
@@ -53,8 +53,10 @@ def tail_cut_point(entries: Sequence[Entry], cum: Sequence[int], index: ToolCall
         return None
     target = want if want >= 1 else fits if fits is not None else 0
     start = index.user_at_or_before(target)
+    # without a tail limit only the boundaries up to the cut wanted matter: the walk stops there
+    stop = want + 1 if max_tail_tokens is None else None
     while True:
-        valid, end_valid = _walk(entries, index, start)
+        valid, end_valid = _walk(entries, index, start, stop)
         before = bisect_right(valid, want)  # valid[:before] are the boundaries at or before `want`
         if before or start == 0 or want < 1:
             break

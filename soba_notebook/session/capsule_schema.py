@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from itertools import repeat
 from typing import Any, Literal, get_args
 
 from ..errors import CapsuleFormatError
@@ -202,7 +203,8 @@ def _field_problems(key: str, kind: FieldKind, value: Any) -> list[str]:
     if not isinstance(value, list):
         return [f"{key} must be a list" + (" of strings" if kind == "strings" else "")]
     if kind == "strings":
-        return [] if all(isinstance(v, str) for v in value) else [f"{key} must be a list of strings"]
+        # in C (no generator frame per item): every capsule is checked, with up to hundreds of file names
+        return [] if all(map(isinstance, value, repeat(str))) else [f"{key} must be a list of strings"]
     if kind == "decisions":
         return [f"{key}[{i}] must be {{'what': str, 'why': str}}" for i, d in enumerate(value)
                 if not isinstance(d, Mapping) or not isinstance(d.get("what"), str)

@@ -12,11 +12,13 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter, indexOf
 from typing import Any
 
 from ..errors import SessionWarning
 from .capsule_schema import validate_capsule_json
-from .entries import Entry
+from .entries import MODEL_ROLES, Entry
 from .payloads import capsule_data
 
 __all__ = ["ModelContext", "build_context", "capsule_is_usable", "context_key", "context_start",
@@ -73,13 +75,25 @@ def capsule_is_usable(entry: Entry) -> bool:
     return not problems
 
 
+_TYPE = attrgetter("type")
+_ROLE = attrgetter("role")
+_IS_INPUT = MODEL_ROLES.__contains__  # an entry is model input when it has a model role
+
+
 def latest_capsule_index(path: Sequence[Entry]) -> int | None:
-    i = len(path)
-    for e in reversed(path):  # no indexing per entry: this walks a whole path when there is no capsule
-        i -= 1
-        if e.type == "capsule" and capsule_is_usable(e):
+    # The walk runs in C (operator.indexOf over the types from the leaf back): it stops at the
+    # newest capsule, and it walks a whole path when there is none, so no interpreter step per entry.
+    types = map(_TYPE, reversed(path))
+    last, skipped = len(path) - 1, 0
+    while True:
+        try:
+            skipped += indexOf(types, "capsule")
+        except ValueError:
+            return None
+        i = last - skipped
+        if capsule_is_usable(path[i]):
             return i
-    return None
+        skipped += 1
 
 
 def context_key(capsule: Entry | None) -> str:
@@ -122,7 +136,9 @@ def first_kept_index(path: Sequence[Entry], capsule_index: int, *, warn: bool = 
 def build_context(path: Sequence[Entry]) -> ModelContext:
     """Select model input from ``path`` (root to leaf), per the seed's section 2.1."""
     start, capsule = context_start(path)
-    messages = tuple(e for e in path[start:] if e.is_model_input)
+    tail = path[start:] if start else path
+    # Entry.is_model_input, asked in C for every entry (a context is most of a path)
+    messages = tuple(compress(tail, map(_IS_INPUT, map(_ROLE, tail))))
     return ModelContext(capsule, messages, start, context_key(capsule))
 
 

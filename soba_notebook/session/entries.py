@@ -11,6 +11,7 @@ Messages are provider-neutral: a ``message`` entry holds ``{"role": "user" | "as
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from .payloads import CheckpointData, ConfigData, LeafData
 
 __all__ = [
     "MESSAGE_TYPES_FOR_MODEL",
+    "MODEL_ROLES",
     "Entry",
     "ToolCall",
     "Usage",
@@ -40,8 +42,20 @@ __all__ = [
 MESSAGE_TYPES_FOR_MODEL = frozenset({"message"})
 
 
-_MODEL_ROLES = frozenset({"user", "assistant", "tool"})
+#: The roles of model input: an entry is model input when its role is one of these.
+MODEL_ROLES = frozenset({"user", "assistant", "tool"})
+#: Type names and roles are shared objects: every entry of a long session names one of a handful,
+#: and a walk over a whole context compares or hashes them per entry; one object each stays in the
+#: cache where a separate copy per line read would cost a miss per entry (and 56 bytes).
+_shared = sys.intern
+#: Message fields with few distinct values across a session (the role, which model and provider
+#: answered, why it stopped, which tool a result is from): read from a file, each is shared.
+_FEW_VALUED = ("role", "model", "provider", "stopReason", "name")
 _NO_MESSAGE: Mapping[str, Any] = MappingProxyType({})
+
+
+def _as_str(value: Any) -> str:
+    return value if value.__class__ is str else str(value)
 
 
 def new_id(prefix: str = "") -> str:
@@ -147,16 +161,25 @@ class Entry:
     parent_id: str | None = None
     ts: str | None = None
     line: int | None = field(default=None, compare=False)
-    _role: str | None = field(default=None, init=False, repr=False, compare=False)
+    #: the message's role (None for other entries), read once when the entry is made: a plain
+    #: attribute, since every walk over a context asks it of every entry
+    role: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        kind = self.type
+        if kind.__class__ is str:  # one shared object per type name, not one per line read
+            kind = _shared(kind)
+            object.__setattr__(self, "type", kind)
         role = None
-        if self.type == "message":
+        if kind == "message":
             msg = self.data.get("message")
             if msg.__class__ is dict or isinstance(msg, Mapping):
                 found = msg.get("role")
-                role = found if found.__class__ is str or isinstance(found, str) else None
-        object.__setattr__(self, "_role", role)
+                if found.__class__ is str:
+                    role = _shared(found)
+                elif isinstance(found, str):
+                    role = found
+        object.__setattr__(self, "role", role)
 
     # -- stored form -------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -178,6 +201,12 @@ class Entry:
         """Like :meth:`from_json` for a dict just parsed from a line: takes it over instead of copying."""
         pop = obj.pop
         parent = pop("parentId", None)
+        msg = obj.get("message")
+        if msg.__class__ is dict:  # the message's few-valued fields: one shared object each (same value)
+            for key in _FEW_VALUED:
+                value = msg.get(key)
+                if value.__class__ is str:
+                    msg[key] = _shared(value)
         return cls(pop("type"), obj, pop("id", None), parent if parent.__class__ is str else None,
                    pop("ts", None), line)
 
@@ -192,10 +221,6 @@ class Entry:
         msg = self.data.get("message")
         # exact-type check first: this sits on every hot path, and an ABC isinstance is slow
         return msg if msg.__class__ is dict or isinstance(msg, Mapping) else _NO_MESSAGE
-
-    @property
-    def role(self) -> str | None:
-        return self._role
 
     @property
     def text(self) -> str:
@@ -213,7 +238,8 @@ class Entry:
         calls = self.message.get("toolCalls")
         if not calls:
             return ()
-        return tuple(str(c.get("id", "")) for c in calls if isinstance(c, Mapping))
+        # a list, not a generator: no frame per call (the cut point asks it of every reply in its window)
+        return tuple([_as_str(c.get("id", "")) for c in calls if c.__class__ is dict or isinstance(c, Mapping)])
 
     @property
     def tool_call_id(self) -> str | None:
@@ -226,7 +252,7 @@ class Entry:
 
     @property
     def is_model_input(self) -> bool:
-        return self._role in _MODEL_ROLES  # only a "message" entry has a role (MESSAGE_TYPES_FOR_MODEL)
+        return self.role in MODEL_ROLES  # only a "message" entry has a role (MESSAGE_TYPES_FOR_MODEL)
 
 
 def _message(**fields: Any) -> Entry:

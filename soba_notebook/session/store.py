@@ -69,6 +69,7 @@ class SessionStore:
         self._by_id: dict[str, Entry] = {}
         self._leaf: str | None = None
         self._path_ids: list[str] | None = []
+        self._path_entries: list[Entry] = []  # the entries of _path_ids, kept with it (path() copies it)
         self._offset = 0  # bytes consumed: always just after a newline (or 0)
         self._line_no = 0
         self._needs_newline = False  # a torn tail was skipped; next write starts a fresh line
@@ -241,6 +242,7 @@ class SessionStore:
         path = self._path_ids
         if path is not None and parent == self._leaf:
             path.append(eid)
+            self._path_entries.append(entry)
         else:
             self._path_ids = None  # recomputed lazily
         self._leaf = eid
@@ -320,7 +322,8 @@ class SessionStore:
         """Entries from the root to ``leaf_id`` (default: the current leaf), in order."""
         if leaf_id is not None and leaf_id != self._leaf:
             return [self._by_id[i] for i in self._walk(leaf_id)]
-        return [self._by_id[i] for i in self._current_path()]
+        self._current_path()
+        return self._path_entries.copy()  # no lookup per entry: the first build after open reads none
 
     def path_ids(self) -> list[str]:
         """Ids on the current root-to-leaf path. The list is shared: read it, never mutate it.
@@ -334,6 +337,7 @@ class SessionStore:
     def _current_path(self) -> list[str]:
         if self._path_ids is None:
             ids = self._walk(self._leaf) if self._leaf else []
+            self._path_entries = list(map(self._by_id.__getitem__, ids))
             self._path_ids = ids
         return self._path_ids
 

@@ -38,7 +38,7 @@ class ToolCallIndex:
         #: call id -> positions of its results (non-empty ids only, called or not)
         self.results: dict[str, list[int]] = {}
         self.answered = self.results  # the ids with a result somewhere: the reference's `answered`
-        #: answered ids whose last event is a call made after a result of theirs -> that call's position
+        #: answered ids whose last event is a call made after all their results -> the first such call's position
         self.stuck: dict[str, int] = {}
         self._result_positions: list[int] = []  # every result, in order, for bisect
         self._result_ids: list[str] = []
@@ -57,8 +57,8 @@ class ToolCallIndex:
                 if not call_id:  # never answerable: the planner treats it as abandoned, like the full walk
                     continue
                 self.calls.setdefault(call_id, []).append(pos)
-                if call_id in self.results:
-                    self.stuck[call_id] = pos
+                if call_id in self.results:  # open from the FIRST call after its last result on
+                    self.stuck.setdefault(call_id, pos)
         elif role == "tool":
             result_of = entry.tool_call_id
             if result_of:
