@@ -38,5 +38,6 @@ if [ "$fast" = 1 ]; then
   # a -m given after this one (in the arguments) replaces it
   .venv/bin/python -m pytest -q -m "not realmodel and not browser" ${args[@]+"${args[@]}"}
 else
-  .venv/bin/python -m pytest -q ${args[@]+"${args[@]}"}
+  # the 25 slowest steps close the log, so a slow run says where its time went
+  .venv/bin/python -m pytest -q --durations=25 ${args[@]+"${args[@]}"}
 fi
