@@ -203,6 +203,9 @@ class Agent:
         return f"{text}\n\n{skills}" if skills else text
 
     def _refresh_base_tokens(self) -> None:
+        # messages counted in the form the wire sends them (SOBA's JSON tool protocol: its text forms)
+        if self.counter.set_message_form(getattr(self.provider, "message_form", None)):
+            self.engine.tracker.invalidate()
         system = self._sent_system(self.system_prompt(), self.tools.specs())
         # a message like any other: its overhead counts (it was 3 tokens short)
         self.engine.base_tokens = (self.counter.count_text(system) + (MESSAGE_OVERHEAD if system else 0)
