@@ -22,7 +22,7 @@ import importlib.resources
 import json
 import threading
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -225,6 +225,10 @@ class TokenCounter:
         #: as ``&#34;``, llama-cpp-python's ``chatml-function-calling``)
         self.tool_results_rendered = True
         self.quote_tokens = 0.0
+        #: how the provider's wire sends a canonical message, where it sends another form (SOBA's
+        #: JSON tool protocol sends tool results as user messages and calls as JSON text): each
+        #: message is counted in that form. ``None``: as stored.
+        self.message_form: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
 
     def set_rendering(self, *, tool_results_rendered: bool, quote_tokens: float) -> bool:
         """Count messages as the server renders them from now on; ``True`` when that changed a
@@ -232,6 +236,15 @@ class TokenCounter:
         if (tool_results_rendered, quote_tokens) == (self.tool_results_rendered, self.quote_tokens):
             return False
         self.tool_results_rendered, self.quote_tokens = tool_results_rendered, quote_tokens
+        self._entry_cache.clear()
+        return True
+
+    def set_message_form(self, form: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None) -> bool:
+        """Count each message as ``form`` turns it (see :attr:`message_form`); ``True`` when that
+        changed (the per-entry cache is cleared: a budget tracker must re-count too)."""
+        if form is self.message_form:
+            return False
+        self.message_form = form
         self._entry_cache.clear()
         return True
 
@@ -247,6 +260,8 @@ class TokenCounter:
     # -- messages -----------------------------------------------------------------------------
     def count_message(self, message: Mapping[str, Any]) -> int:
         """A provider-neutral message dict: content, tool calls, tool-result fields, overhead."""
+        if self.message_form is not None:
+            message = self.message_form(message)
         total = MESSAGE_OVERHEAD
         get = message.get
         if not self.tool_results_rendered and get("role") == "tool":

@@ -45,6 +45,10 @@ class RecordingProvider:
     def effective_context_window(self) -> int | None:
         return getattr(self.inner, "effective_context_window", None)
 
+    @property
+    def message_form(self) -> Any:
+        return getattr(self.inner, "message_form", None)
+
     async def prepare(self) -> None:
         prepare = getattr(self.inner, "prepare", None)
         if prepare is not None:

@@ -113,18 +113,18 @@ class LlamaServer:
 
 
 @contextlib.contextmanager
-def running_llama_server(log: Path, *, template: Path | None = None,
-                         context: int = SERVER_CONTEXT) -> Iterator[LlamaServer]:
+def running_llama_server(log: Path, *, template: Path | None = None, context: int = SERVER_CONTEXT,
+                         predict: int = LLAMA_SERVER_PREDICT) -> Iterator[LlamaServer]:
     """``build/bin/llama-server --jinja`` on SmolLM2, one slot, one thread, a fixed seed and
-    ``--n-predict`` bounding every reply; with ``template`` as ``--chat-template-file``. Yields once
-    ``/health`` answers 200 (the model is loaded); stops the server after."""
+    ``--n-predict`` (``predict``) bounding every reply; with ``template`` as ``--chat-template-file``.
+    Yields once ``/health`` answers 200 (the model is loaded); stops the server after."""
     if not LLAMA_SERVER.exists() or not MODEL.exists() or (template is not None and not template.exists()):
         missing = next(p for p in (LLAMA_SERVER, MODEL, template) if p is not None and not p.exists())
         unavailable(f"{missing} is missing; run scripts/install-local-model.sh (the README's test command does;"
                     " the first run on a machine builds llama-server: 14-22 min on 2 cores)")
     port = _free_port()
     command = [str(LLAMA_SERVER), "-m", str(MODEL), "--alias", MODEL_ALIAS, "--host", "127.0.0.1",
-               "--port", str(port), "-c", str(context), "-np", "1", "-n", str(LLAMA_SERVER_PREDICT),
+               "--port", str(port), "-c", str(context), "-np", "1", "-n", str(predict),
                "--threads", "1", "--threads-batch", "1", "--seed", "42", "--jinja", "--no-webui"]
     if template is not None:
         command += ["--chat-template-file", str(template)]

@@ -1,11 +1,24 @@
 """The real-model tier: the agent and its compaction against a real OpenAI-compatible server.
 
-llama-cpp-python's server with SmolLM2-135M-Instruct (``tests/realmodel_support.py``). A 135M
-model is a protocol test, not a coding assistant: these tests assert what must hold whatever the
-model says — tool calls reach it and come back as tool results, usage is the provider's and the
-estimate learns it, an overflow gets exactly one recovery compaction and a smaller retry, a
-constrained summary is a valid capsule, a timeout aborts the real request, a cancel leaves a
-consistent transcript, and no single failed request bricks the session.
+Each check runs on two servers serving SmolLM2-135M-Instruct (``tests/realmodel_support.py``),
+one module-scoped server per kind:
+
+* **llama-cpp-python** (``chatml-function-calling``: native tool calls);
+* **llama-server** ``--jinja`` with SmolLM2's own chat template, which has no tool syntax, so SOBA
+  speaks its own JSON tool protocol (``model.toolProtocol`` ``auto``): the path on which this
+  model really calls tools and reads their results (``docs/PROVIDERS.md``: on the native Qwen2.5
+  template path it answers in text), and whose smaller prompt (the tool text, about 1,100 tokens,
+  against the native template's 1,800) leaves a 4,096 context room for the overflow check's turns.
+
+A 135M model is a protocol test, not a coding assistant: these tests assert what must hold
+whatever the model says — tool calls reach it and come back as tool results, usage is the
+provider's and the estimate learns it, an overflow gets exactly one recovery compaction and a
+smaller retry, a constrained summary is a valid capsule, a timeout aborts the real request, a
+cancel leaves a consistent transcript, and no single failed request bricks the session. Where a
+rule holds differently on llama-server, the test says so: it publishes its context (``/props``),
+so the retry after an overflow is held to that context with room for the reply and the next
+turn, and counted by the server itself (``/apply-template`` + ``/tokenize``); its ``--n-predict``
+bounds every reply, so after a cancel the next turn is answered, never run past the context.
 """
 
 from __future__ import annotations
@@ -20,12 +33,21 @@ from typing import Any
 
 import pytest
 from kernel_support import Kernel
-from realmodel_support import IDLE_WAIT_LIMIT, LocalServer, project_config, running_server
+from realmodel_support import (
+    IDLE_WAIT_LIMIT,
+    LLAMA_SERVER_PREDICT,
+    LlamaServer,
+    LocalServer,
+    project_config,
+    running_llama_server,
+    running_server,
+)
 
 from soba_notebook.agent.project import open_agent
 from soba_notebook.agent.tools import default_tools
 from soba_notebook.cancel import CancelToken
 from soba_notebook.compaction.extract import extract_facts
+from soba_notebook.compaction.overflow import retry_budget
 from soba_notebook.config import ToolsConfig
 from soba_notebook.flight import read_flight_records
 from soba_notebook.session import SessionStore, list_sessions
@@ -38,15 +60,43 @@ LOREM = ("The parser reads tokens from the lexer and builds a tree of nodes; eac
          "Errors carry the line and column of the offending token so the user can find them. ")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
-    log = tmp_path_factory.mktemp("llama-server") / "server.log"
-    with running_server(log) as running:
-        yield running
+Server = LocalServer | LlamaServer
+#: llama-server's reply budget on the JSON tool protocol: room for one call of a 135M model, which
+#: pretty-prints its JSON (about 70 tokens for a read_file call); the server's --n-predict bounds it too
+JSON_PROTOCOL_OUTPUT = 200
+
+
+@pytest.fixture(scope="module", params=["llama-cpp-python", "llama-server"])
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp(str(request.param)) / "server.log"
+    if request.param == "llama-server":
+        # SmolLM2's own template: SOBA's JSON tool protocol
+        with running_llama_server(log) as llama:
+            yield llama
+    else:
+        with running_server(log) as local:
+            yield local
+
+
+def _config(server: Server, **compaction: object) -> dict[str, Any]:
+    """The project config for a tool round trip. On llama-server's JSON protocol path the agent is
+    read-only, as in the code-word test: offered all 13 tools, SmolLM2-135M calls ``python`` with
+    digits until its reply is cut at ``max_tokens`` (then it is a text reply, and no tool runs);
+    offered the read tools it calls them."""
+    if isinstance(server, LlamaServer):
+        # no automatic compaction: this model calls `checkpoint` at nearly every step, each a
+        # milestone capsule, which left %compact too little history for a capsule to shorten
+        compaction = {**compaction, "auto": False}
+    config = project_config(server, **compaction)
+    if isinstance(server, LlamaServer):
+        config["model"]["maxOutputTokens"] = JSON_PROTOCOL_OUTPUT  # type: ignore[index]
+        config["tools"] = {**config["tools"], "allowShell": False,  # type: ignore[dict-item]
+                           "allowPython": False, "allowWrite": False}
+    return config
 
 
 @pytest.fixture(autouse=True)
-def idle_server(server: LocalServer) -> Iterator[None]:
+def idle_server(server: Server) -> Iterator[None]:
     """Every test starts on an idle server: a request an earlier test abandoned (a timeout, a
     cancel) is finished first, so it never counts against the next test's requests."""
     server.wait_until_idle()
@@ -76,8 +126,8 @@ TOOL_NAMES = set(default_tools(ToolsConfig()).names())
 
 
 def test_real_model_turns_in_a_kernel_call_tools_report_usage_calibrate_and_summarize_into_a_valid_capsule(
-        server: LocalServer, tmp_path: Path) -> None:
-    project = _project(tmp_path, project_config(server, keepRecentTokens=300))
+        server: Server, tmp_path: Path) -> None:
+    project = _project(tmp_path, _config(server, keepRecentTokens=300))
     kernel = Kernel(project, tmp_path / "home", timeout=IDLE_WAIT_LIMIT)
     try:
         for prompt in ("Read the file calc.py", "List the files in the workspace",
@@ -124,7 +174,17 @@ def test_real_model_turns_in_a_kernel_call_tools_report_usage_calibrate_and_summ
     assert user_capsules, compact_text
     capsule = user_capsules[-1]
     compactions = [r for r in read_flight_records(project / ".soba" / "flight.jsonl") if r.get("kind") == "compaction"]
-    assert capsule.data["quality"] in ("ok", "partial"), (compact_text, [r.get("reason") for r in compactions])
+    reasons = [r.get("reason") for r in compactions]
+    if isinstance(server, LlamaServer):
+        # On llama-server the 135M model's grammar-constrained capsule runs to the reply cap: the
+        # grammar lets it pretty-print at will (1,024 tokens were not enough in a run with
+        # --n-predict 1024) and the server's --n-predict, which it does not publish, cuts it. A cut
+        # summary is never kept: the capsule is the local one, grounded in the history, and says so.
+        assert capsule.data["quality"] in ("ok", "partial", "degraded"), (compact_text, reasons)
+        if capsule.data["quality"] == "degraded":
+            assert "local deterministic capsule" in str(reasons[-1]), (compact_text, reasons)
+    else:
+        assert capsule.data["quality"] in ("ok", "partial"), (compact_text, reasons)
     history = extract_facts(entries[:entries.index(capsule)])
     assert set(capsule.data["state"].get("filesModified", [])) <= set(history.files_modified), capsule.data
     assert set(capsule.data["state"].get("filesRead", [])) <= set(history.files_read), capsule.data
@@ -134,9 +194,11 @@ def test_real_model_turns_in_a_kernel_call_tools_report_usage_calibrate_and_summ
 
 
 def test_a_prompt_over_the_servers_context_gets_exactly_one_recovery_compaction_and_a_smaller_retry(
-        server: LocalServer, tmp_path: Path) -> None:
-    # The user's config claims a larger window than the server has (llama-cpp-python does not
-    # publish its context), and the server answers an oversized stream with an empty 200 reply.
+        server: Server, tmp_path: Path) -> None:
+    # The user's config claims a larger window than the server has. llama-cpp-python does not
+    # publish its context and answers an oversized stream with an empty 200 reply. llama-server
+    # publishes it (/props), but SOBA's hard limit is the configured window (a warning names the
+    # server's): the oversized request is sent and the server refuses it with a 400 naming both sizes.
     config = project_config(server, auto=False, keepRecentTokens=300, minTokensForAutoCompact=20_000)
     config["model"].update({"contextWindow": 32_000, "stream": "always"})  # type: ignore[union-attr]
     # one model step per turn: the retry after the recovery is the turn's last request, whatever
@@ -159,18 +221,35 @@ def test_a_prompt_over_the_servers_context_gets_exactly_one_recovery_compaction_
     capsules = [e for e in store.entries() if e.type == "capsule"]
     assert [c.data["trigger"] for c in capsules] == ["context_overflow"], (second, third)
     log = server.log_text()
-    assert "maximum context length" in log or "exceed context window" in log, "the server really overflowed"
+    refusals = ("maximum context length", "exceed context window", "exceeds the available context size")
+    assert any(refusal in log for refusal in refusals), "the server really overflowed"
     # the retry after the recovery was smaller than what the server refused, and it was answered
     after = [e for e in store.path()[store.path().index(capsules[0]):] if e.role == "assistant"]
     assert after and after[0].message["estimatedInput"] < server.context, after[:1]
+    if isinstance(server, LlamaServer):
+        # the context it publishes holds the retry with room for the reply and the next turn
+        # (compaction/overflow.py), and the retry's figure is the server's own count of it
+        room = retry_budget(10**9, window=server.context, reply=config["model"]["maxOutputTokens"],  # type: ignore[index]
+                            next_turn=config["compaction"]["safetyReserveTokens"])  # type: ignore[index]
+        retry = after[0]
+        assert retry.usage is not None and retry.usage.prompt_tokens <= room, (retry.usage, room)
+        counted = [r for r in read_flight_records(project / ".soba" / "flight.jsonl")
+                   if r.get("kind") == "exact_count" and r["when"] == "after_compaction"]
+        assert len(counted) == 1 and counted[0]["outcome"] in ("counted", "timeout"), counted
+        if counted[0]["outcome"] == "counted":  # a machine too loaded to count in 10 s keeps the estimate
+            assert retry.message["estimatedInput"] == retry.usage.prompt_tokens, retry.message
     # no request was bricked: the turn after the overflow was answered too
     assert store.path()[-1].role in ("assistant", "tool")
     assert pair_problems(_model_input(store)) == []
 
 
-def test_timeout_ms_aborts_a_real_summary_request_and_a_degraded_capsule_is_built(server: LocalServer,
+def test_timeout_ms_aborts_a_real_summary_request_and_a_degraded_capsule_is_built(server: Server,
                                                                                  tmp_path: Path) -> None:
-    config = project_config(server, timeoutMs=150, keepRecentTokens=200)
+    # keepRecentTokens 20: the retained tail is the second turn, whatever the model did in it. With
+    # 200, a second turn shorter than that (a reply cut at maxOutputTokens, a turn with no reply)
+    # put the only safe cut at the first prompt, and the compact was rightly skipped ("nothing old
+    # enough"), on both servers in one run, by the model's path, not the rule
+    config = project_config(server, timeoutMs=150, keepRecentTokens=20)
     config["model"]["stream"] = "always"  # type: ignore[index]  # the server logs a streamed request's abort
     project = _project(tmp_path, config)
     agent = open_agent(project).agent
@@ -203,15 +282,17 @@ def test_timeout_ms_aborts_a_real_summary_request_and_a_degraded_capsule_is_buil
     assert capsules and capsules[0].data["quality"] == "degraded", [c.data for c in capsules]
     # The server notices the abort at its next token, which on a busy machine may come long after
     # (it may still be reading the prompt). Only the log is watched: a request to the server would
-    # itself interrupt the stream and print the same line.
+    # itself interrupt the stream and print the same line. llama-cpp-python logs "disconnected";
+    # llama-server "cancel task" (never for a request it answered in full).
+    marker = "cancel task" if isinstance(server, LlamaServer) else "disconnected"
     deadline = time.monotonic() + IDLE_WAIT_LIMIT
-    while "disconnected" not in server.log_text()[log_before:].lower() and time.monotonic() < deadline:
+    while marker not in server.log_text()[log_before:].lower() and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert "disconnected" in server.log_text()[log_before:].lower(), "the server saw the summary request aborted"
+    assert marker in server.log_text()[log_before:].lower(), "the server saw the summary request aborted"
 
 
 def test_cancel_while_the_real_model_answers_leaves_a_consistent_transcript_and_the_session_goes_on(
-        server: LocalServer, tmp_path: Path) -> None:
+        server: Server, tmp_path: Path) -> None:
     config = project_config(server)
     config["model"].update({"maxOutputTokens": 400, "stream": "always"})  # type: ignore[union-attr]
     # One request in the next turn: "no capsule at all" then proves no late capsule came of the
@@ -221,12 +302,14 @@ def test_cancel_while_the_real_model_answers_leaves_a_consistent_transcript_and_
     project = _project(tmp_path, config)
     agent = open_agent(project).agent
     cancel = CancelToken()
-    # llama-cpp-python logs "Llama.generate: N prefix-match hit" when it starts generating
-    started = server.log_text().count("prefix-match hit")
+    # llama-cpp-python logs "Llama.generate: N prefix-match hit" when it starts generating,
+    # llama-server "launch_slot_: ... processing task"
+    began = "launch_slot_" if isinstance(server, LlamaServer) else "prefix-match hit"
+    started = server.log_text().count(began)
 
     def stop_while_the_model_answers() -> None:
         deadline = time.monotonic() + IDLE_WAIT_LIMIT
-        while server.log_text().count("prefix-match hit") == started and time.monotonic() < deadline:
+        while server.log_text().count(began) == started and time.monotonic() < deadline:
             time.sleep(0.05)
         time.sleep(0.5)  # the request is in flight: the model is generating
         cancel.cancel("stop button")
@@ -254,9 +337,23 @@ def test_cancel_while_the_real_model_answers_leaves_a_consistent_transcript_and_
     # the session goes on: the next turn's request is sent and answered. (A 135M model under
     # llama-cpp-python's automatic tool choice may also run past max_tokens into the context;
     # that turn then fails saying so, and is not mistaken for an overflow of the request.)
-    if again.outcome == "failed":
+    if again.outcome == "failed" and not isinstance(server, LlamaServer):  # llama-server: -n bounds every reply
         assert SERVER_RAN_PAST_ITS_CONTEXT in (again.error or ""), again.error
     else:
         assert again.outcome in ("completed", "stopped") and again.inferences >= 1, again
     assert not [e for e in agent.store.entries() if e.type == "capsule"]
     assert pair_problems(_model_input(agent.store)) == []
+
+
+@pytest.mark.parametrize("server", ["llama-server"], indirect=True)
+def test_llama_server_does_not_publish_its_generation_cap_so_the_reply_reservation_stays_max_output_tokens(
+        server: Server) -> None:
+    # Started with --n-predict N, llama-server's /props reports n_predict -1 (its per-request
+    # default), and neither /slots nor /v1/models names the cap: SOBA has nothing to honour, and
+    # reserving model.maxOutputTokens when the server stops sooner only errs on the safe side (a
+    # capsule summary longer than the cap is cut, and the capsule is then the local one).
+    assert isinstance(server, LlamaServer)
+    props = server.get("/props")["default_generation_settings"]
+    assert props["params"]["n_predict"] == -1 != LLAMA_SERVER_PREDICT, props["params"]
+    models = json.dumps(server.get("/v1/models"))
+    assert "n_predict" not in models, models

@@ -1,7 +1,8 @@
 """The real-model tier's count and waste checks, on llama-cpp-python and on llama.cpp's own
 ``llama-server`` (``tests/realmodel_support.py``), with the agent in process:
 
-* **counts the server agrees with**: on every request of real-model turns, SOBA's input-token
+* **counts the server agrees with**: on every request of real-model turns (llama-server on both
+  tool paths: the native one with the Qwen2.5 template, SOBA's JSON protocol with SmolLM2's own), SOBA's input-token
   figure (the request's ``estimatedInput`` as the transcript records it) against the server's
   ``usage.prompt_tokens`` for that request: within 10% on a session's first request, within 2% on
   every request after the first reply (issue 22). The per-request errors are printed (``-s``) for
@@ -52,7 +53,10 @@ SERVER_RAN_PAST_ITS_CONTEXT = "the server ran past its own context"
 Server = LocalServer | LlamaServer
 SERVERS: dict[str, Callable[[Path], AbstractContextManager[Any]]] = {
     "llama-cpp-python": lambda log: running_server(log),
+    # the native path: llama.cpp's tool-capable Qwen2.5 template
     "llama-server": lambda log: running_llama_server(log, template=TOOL_TEMPLATE),
+    # SOBA's JSON tool protocol: SmolLM2's own template, which shows no tools (model.toolProtocol auto)
+    "llama-server-json": lambda log: running_llama_server(log),
 }
 
 
@@ -104,7 +108,7 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
 
 
 def test_soba_counts_every_request_within_two_percent_of_the_server_after_the_first_reply_and_ten_on_the_first(
-        server: Server, tmp_path: Path) -> None:
+        server: Server, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     project = _project(tmp_path, server)
     _, results = _run_turns(project, tmp_path / "home", server, PROMPTS)
     for result in results:
@@ -112,7 +116,7 @@ def test_soba_counts_every_request_within_two_percent_of_the_server_after_the_fi
     _print_steps(project)
     pairs = [(e.message["estimatedInput"], e.usage.prompt_tokens) for e in _replies(project)]
     errors = [(estimate - real) / real for estimate, real in pairs]
-    name = "llama-server" if isinstance(server, LlamaServer) else "llama-cpp-python"
+    name = request.node.callspec.id
     print(f"\n{name}: {len(pairs)} requests, SOBA's figure / the server's prompt count: "
           + ", ".join(f"{a:,} / {b:,} ({e:+.1%})" for (a, b), e in zip(pairs, errors, strict=True)))
     assert len(pairs) >= 2, pairs

@@ -24,6 +24,7 @@ from soba_notebook.providers import OpenAIChatProvider
 from soba_notebook.providers.base import ModelRequest, StreamEvent, ToolSpec
 from soba_notebook.providers.factory import make_provider
 from soba_notebook.providers.tool_protocol import parse_step, step_schema, to_protocol_messages, tools_prompt
+from soba_notebook.tokens import MESSAGE_OVERHEAD
 
 READ = ToolSpec("read_file", "Read a text file.", {
     "type": "object", "properties": {"path": {"type": "string", "description": "Relative path."},
@@ -185,6 +186,25 @@ def test_the_estimate_counts_the_tool_text_that_is_sent_and_the_exact_count_rend
     [rendered] = [body for path, body in fake_server.other_posts if path == "/apply-template"
                   and body["messages"][0]["content"] != "probe"]
     assert rendered["messages"] == fake_server.requests[-1].body["messages"] and "tools" not in rendered
+
+
+def test_on_the_json_path_a_call_and_its_result_are_counted_as_the_protocol_sends_them(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    # The protocol sends a call as the model's JSON text and a result as a "Result of tool ..."
+    # user message; counted from the canonical entries instead, a later request on the real
+    # llama-server was 3.5% under the server's count (issue 22).
+    fake_server.get_routes["/props"] = NO_TOOLS_PROPS
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url)
+    (agent.workspace / "code.txt").write_text("The code word is juniper4821.\n" * 20)
+    fake_server.openai.enqueue(text='{"tool": "read_file", "arguments": {"path": "code.txt"}}')
+    fake_server.openai.enqueue(text='{"reply": "juniper4821"}')
+    assert asyncio.run(agent.run_turn("Read code.txt and reply with the code word")).outcome == "completed"
+    sent_call, sent_result = fake_server.requests[-1].body["messages"][-2:]
+    [call_entry] = [e for e in agent.store.path() if e.role == "assistant" and e.tool_calls]
+    [result_entry] = [e for e in agent.store.path() if e.role == "tool"]
+    counter = agent.counter
+    for entry, sent in ((call_entry, sent_call), (result_entry, sent_result)):
+        assert counter.count_entry(entry) == MESSAGE_OVERHEAD + counter.count_text(sent["content"]), sent
 
 
 # -- reading the answer --------------------------------------------------------------------------

@@ -74,6 +74,7 @@ from ..tokens import MESSAGE_OVERHEAD, TokenCounter
 from .approval import Approver
 from .approval_gate import ApprovalGate
 from .confine import check_workspace_root
+from .exact_count import ExactCounts
 from .rendering import RenderingLearner, relearn_rendering
 from .skills import SkillRegistry
 from .tools import ToolContext, ToolRegistry, default_tools
@@ -150,6 +151,7 @@ class Agent:
         summarizer.fit(config.model.context_window)
         self.engine = CompactionEngine(store, config, self.counter, bus=self.bus, summarizer=summarizer,
                                        flight=flight)
+        self._exact = ExactCounts(self.engine.tracker, self.counter, flight)
         # the turn's secrets and the environment's as they are now (a %compact runs between turns)
         self.engine.scrub = lambda value: self._scrubber.merged(self._fresh_scrubber()).json(value)
         self.tool_context = ToolContext(
@@ -202,6 +204,9 @@ class Agent:
         return f"{text}\n\n{skills}" if skills else text
 
     def _refresh_base_tokens(self) -> None:
+        # messages counted in the form the wire sends them (SOBA's JSON tool protocol: its text forms)
+        if self.counter.set_message_form(getattr(self.provider, "message_form", None)):
+            self.engine.tracker.invalidate()
         system = self._sent_system(self.system_prompt(), self.tools.specs())
         # a message like any other: its overhead counts (it was 3 tokens short)
         self.engine.base_tokens = (self.counter.count_text(system) + (MESSAGE_OVERHEAD if system else 0)
@@ -237,15 +242,10 @@ class Agent:
             if prepare is not None:
                 await prepare()
         self._fit_summaries()
-        count = getattr(self.provider, "count_request_tokens", None)
-        if count is None or self.counter.calibration.samples(self.counter.model):
-            return
-        self._refresh_base_tokens()
-        exact = await count(self._model_request(estimate=0))
-        if isinstance(exact, int) and exact > 0:  # a whole request, counted as the server renders it
-            raw = self.engine.tracker.estimate_raw()
-            self.counter.observe_usage(raw, exact, whole=True)
-            self.engine.tracker.anchor = (exact, raw)
+        if not self.counter.calibration.samples(self.counter.model):
+            self._refresh_base_tokens()
+            await self._exact.count(getattr(self.provider, "count_request_tokens", None),
+                                    self._model_request(estimate=0), when="first_request")
 
     def _fit_summaries(self) -> None:
         """Summary requests fit the summary provider's server, not only the config (issue 22)."""
@@ -317,6 +317,9 @@ class Agent:
             return run.end("cancelled")
         if cancel.cancelled:
             return run.end("cancelled")
+        if self._exact.after_compaction_due():  # the capsule no reply has counted: the server counts it
+            await self._exact.count(getattr(self.provider, "count_request_tokens", None),
+                                    self._model_request(estimate=0), when="after_compaction")
         request = self._request()
         if run.retry_limit is not None:
             refusal = retry_refusal(self._request_tokens(request), *run.retry_limit)

@@ -61,6 +61,9 @@ def measure_span(entries: Iterable[Entry], counter: TokenCounter, grown: int) ->
         if not entry.is_model_input:
             continue
         message = entry.message
+        if counter.message_form is not None:  # sent in another form (a tool result as a user message)
+            counted += counter.count_message(message)
+            continue
         if entry.role == "tool":
             content = counter.count_text(entry.text) + counter.count_text(str(message.get("name", ""))) + 2
             tool += content

@@ -80,7 +80,14 @@ from .openai_wire import (
 from .overflow import generated_past_its_context, is_context_overflow, overflow_error
 from .remote import Exchange, RemoteProvider
 from .sse import aiter_sse
-from .tool_protocol import ToolProtocol, protocol_response, step_schema, to_protocol_messages, tools_prompt
+from .tool_protocol import (
+    ToolProtocol,
+    protocol_response,
+    step_schema,
+    to_protocol_messages,
+    tools_prompt,
+    wire_message,
+)
 
 __all__ = [
     "OpenAIChatProvider",
@@ -193,6 +200,12 @@ class OpenAIChatProvider(RemoteProvider):
             return system
         prompt = tools_prompt(tools)
         return f"{system}\n\n{prompt}" if system else prompt
+
+    @property
+    def message_form(self) -> Callable[[Mapping[str, Any]], Mapping[str, Any]] | None:
+        """How a canonical message is sent (for the budget to count it so): in the JSON tool
+        protocol's text form while :attr:`json_tools`; ``None``: as stored."""
+        return wire_message if self.json_tools else None
 
     def _protocol(self, request: ModelRequest) -> bool:
         return bool(request.tools) and self.json_tools and request.response_schema is None

@@ -45,6 +45,7 @@ __all__ = [
     "step_schema",
     "to_protocol_messages",
     "tools_prompt",
+    "wire_message",
 ]
 
 ToolProtocol = Literal["auto", "native", "json"]
@@ -127,6 +128,24 @@ def result_message(message: Mapping[str, Any]) -> str:
     head = "Error from tool" if message.get("isError") else "Result of tool"
     name = message.get("name") or "unknown tool"
     return f"{head} {name} (call {message.get('toolCallId')}):\n{message_text(message.get('content'))}"
+
+
+def wire_message(message: Mapping[str, Any]) -> Mapping[str, Any]:
+    """One canonical message as :func:`to_protocol_messages` sends it, for counting (the budget
+    counts what is sent): a ``tool`` result as the user message :func:`result_message` writes, an
+    assistant's calls as the JSON text the model wrote, after its text (its thinking is not sent),
+    a user message as its text. (Adjacent user messages are joined on the wire; counted apart they
+    cost one message overhead more, a few tokens, on the safe side.)"""
+    role = message.get("role")
+    if role == "tool":
+        return {"role": "user", "content": result_message(message)}
+    if role == "assistant":
+        calls = "\n".join(_call_json(c) for c in message.get("toolCalls") or [])
+        text = message_text(message.get("content"))
+        return {"role": "assistant", "content": "\n".join(part for part in (text, calls) if part)}
+    if role == "user":
+        return {"role": "user", "content": message_text(message.get("content"))}
+    return message
 
 
 def to_protocol_messages(system: str, messages: Sequence[Mapping[str, Any]],
