@@ -1,6 +1,6 @@
 """Soak: thousands of offline turns at a small window, to show that nothing grows per turn.
 
-Run: .venv/bin/python bench/bench_soak.py [--turns 2000] [--warmup 100] [--window 16000]
+Run: .venv/bin/python bench/bench_soak.py [--turns 2000] [--warmup 100] [--seed N --dir DIR] [--show-incomplete]
 
 One agent on a fresh project drives the offline scripted model (``ScriptedModel``, the real
 agent loop, real tools, real compactions through the preflight barrier) for ``--turns`` turns
@@ -14,8 +14,12 @@ It prints, per block of turns: process time per turn (``time.process_time``: oth
 loaded machine do not count), resident memory (VmRSS), compactions, and the entries of the
 session and of its model input; then the goal figures: the mean process time of the last 100
 turns against the first 100 after warm-up (goal: within 1.2x), resident memory from the end of
-warm-up to the end (goal: flat), and requests over the hard limit (goal: none; every request the
-model receives is counted with tiktoken, as the scripted model counts its usage).
+warm-up to the end (goal: flat), requests over the hard limit (goal: none; every request the
+model receives is counted with tiktoken, as the scripted model counts its usage), and the turns
+that did not complete, counted by outcome and reason (goal: none; ``--show-incomplete`` prints
+each as it happens). Entry and checkpoint ids are random, and their token counts decide which
+turn meets which edge: ``--seed`` draws them from a seed and ``--dir`` keeps the project (its path
+is in the tool results), so a run that shows a failure can be repeated and its session read.
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ import argparse
 import asyncio
 import json
 import os
+import random
+import re
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +45,7 @@ from soba_notebook.agent.tools import ToolContext, ToolOutcome, ToolRegistry, de
 from soba_notebook.config import load_config
 from soba_notebook.demo.scripted import ScriptedModel
 from soba_notebook.providers.base import ModelRequest, ModelResponse
+from soba_notebook.session import entries as session_entries
 
 #: the small window of the soak: a compaction every few turns
 CONFIG = {"model": {"contextWindow": 16000, "maxOutputTokens": 1000},
@@ -115,6 +123,8 @@ class SoakResult:
     largest_request: int = 0
     hard_limit: int = 0
     failed_turns: int = 0
+    #: every turn that did not complete: (turn, outcome, the turn's error)
+    not_completed: list[tuple[int, str, str]] = field(default_factory=list)
     session_entries: int = 0
     session_bytes: int = 0  # size of the session file at the end
     largest_model_input: int = 0  # entries in the model input, the most at any turn end
@@ -131,9 +141,20 @@ class SoakResult:
         return self.block_mean(len(self.seconds) - 100) / self.block_mean(self.warmup)
 
 
+def seed_ids(seed: int) -> Callable[[], str]:
+    """Entry ids from a seeded generator instead of the OS's, and a checkpoint-id maker from the
+    same: with the same project directory, a seeded soak sends the same requests (ids are in the
+    model input and their token counts differ, so they decide which turn meets which edge)."""
+    rng = random.Random(seed)
+    session_entries._urandom = rng.randbytes  # type: ignore[attr-defined]
+    return lambda: "ck_" + rng.randbytes(5).hex()
+
+
 def soak(directory: Path, turns: int, *, warmup: int = 100, config: Mapping[str, Any] = CONFIG,
-         progress: Callable[[int, SoakResult], None] | None = None) -> SoakResult:
-    """Run ``turns`` offline turns in a new project in ``directory`` (it must be empty)."""
+         progress: Callable[[int, SoakResult], None] | None = None, seed: int | None = None) -> SoakResult:
+    """Run ``turns`` offline turns in a new project in ``directory`` (it must be empty); with
+    ``seed``, ids are drawn from a seeded generator (see :func:`seed_ids`)."""
+    checkpoint_ids = seed_ids(seed) if seed is not None else None
     (directory / ".soba").mkdir(parents=True)
     (directory / ".soba" / "config.json").write_text(json.dumps(config), encoding="utf-8")
     loaded = load_config(project_dir=directory)
@@ -141,6 +162,8 @@ def soak(directory: Path, turns: int, *, warmup: int = 100, config: Mapping[str,
     tools = ReplayedShell(default_tools(loaded.tools))
     handle = open_agent(directory, provider=model, tools=tools)  # type: ignore[arg-type]
     agent = handle.agent
+    if checkpoint_ids is not None:
+        agent.engine.new_checkpoint_id = checkpoint_ids
     result = SoakResult(warmup=warmup, hard_limit=loaded.hard_limit)
     try:
         for turn in range(turns):
@@ -150,7 +173,9 @@ def soak(directory: Path, turns: int, *, warmup: int = 100, config: Mapping[str,
             result.seconds.append(time.process_time() - started)
             result.rss_kib.append(resident_kib())
             result.inferences += done.inferences
-            result.failed_turns += done.outcome != "completed"
+            if done.outcome != "completed":
+                result.failed_turns += 1
+                result.not_completed.append((turn, done.outcome, done.error or ""))
             result.largest_model_input = max(result.largest_model_input, len(agent.engine.inputs.context_entries()))
             if progress is not None:
                 progress(turn, result)
@@ -161,7 +186,15 @@ def soak(directory: Path, turns: int, *, warmup: int = 100, config: Mapping[str,
         result.tracker_counts, result.capsule_costs = len(agent.engine.tracker._cum), len(agent.engine._capsule_cost)
     finally:
         handle.close()
+        if seed is not None:
+            session_entries._urandom = os.urandom  # type: ignore[attr-defined]
     return result
+
+
+def reason_kinds(not_completed: Sequence[tuple[int, str, str]]) -> Counter[str]:
+    """The non-completed turns counted by outcome and reason, numbers blanked so that the same
+    reason at different sizes counts once."""
+    return Counter(f"{outcome}: {re.sub(r'[0-9]+(?:,[0-9]{3})*', 'N', error)}" for _, outcome, error in not_completed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -169,26 +202,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--turns", type=int, default=2000)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--every", type=int, default=200, help="print a line every N turns")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="draw entry and checkpoint ids from this seed (with --dir: a repeatable run)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="run in this new directory and keep it (the session of a turn that failed, to read)")
+    parser.add_argument("--show-incomplete", action="store_true",
+                        help="print each turn that does not complete as it happens: its outcome and reason")
     args = parser.parse_args(argv)
     if args.turns < args.warmup + 200:
         parser.error("--turns must leave at least 200 turns after --warmup")
 
     def report(turn: int, r: SoakResult) -> None:
+        if args.show_incomplete and r.not_completed and r.not_completed[-1][0] == turn:
+            print(f"turn {turn:,} {r.not_completed[-1][1]}: {r.not_completed[-1][2]}", flush=True)
         if (turn + 1) % args.every == 0:
             block = r.seconds[turn + 1 - args.every:turn + 1]
             print(f"turns {turn + 2 - args.every:,}-{turn + 1:,}: {statistics.fmean(block) * 1e3:,.1f} ms a turn "
                   f"(median {statistics.median(block) * 1e3:,.1f}), VmRSS {r.rss_kib[-1] / 1024:,.1f} MiB, "
                   f"{r.inferences:,} inferences so far", flush=True)
 
-    with tempfile.TemporaryDirectory(prefix="soba-soak-") as tmp:
-        wall = time.perf_counter()
-        r = soak(Path(tmp) / "project", args.turns, warmup=args.warmup, progress=report)
-        wall = time.perf_counter() - wall
+    wall = time.perf_counter()
+    if args.dir is not None:
+        r = soak(args.dir, args.turns, warmup=args.warmup, progress=report, seed=args.seed)
+    else:
+        with tempfile.TemporaryDirectory(prefix="soba-soak-") as tmp:
+            r = soak(Path(tmp) / "project", args.turns, warmup=args.warmup, progress=report, seed=args.seed)
+    wall = time.perf_counter() - wall
     first, last = r.block_mean(r.warmup), r.block_mean(len(r.seconds) - 100)
     rss_start, rss_end = r.rss_kib[r.warmup - 1], r.rss_kib[-1]
     print(f"{len(r.seconds):,} turns, {r.inferences:,} inferences, {r.compactions:,} compactions, "
           f"{r.failed_turns:,} turns not completed; {wall:,.0f} s wall; load average "
           f"{', '.join(f'{x:.2f}' for x in os.getloadavg())} at the end")
+    for kind, count in sorted(reason_kinds(r.not_completed).items(), key=lambda kv: -kv[1]):
+        print(f"  not completed: {count:,} x {kind}")
     print(f"process time a turn: first 100 after warm-up {first * 1e3:,.1f} ms, last 100 {last * 1e3:,.1f} ms, "
           f"ratio {r.growth:.2f}x (goal <= 1.2x)")
     print(f"VmRSS: end of warm-up {rss_start / 1024:,.1f} MiB, end {rss_end / 1024:,.1f} MiB "

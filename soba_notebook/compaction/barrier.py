@@ -332,20 +332,23 @@ class CompactionEngine:
                 hard_limit=check.hard_limit, soft_limit=check.soft_limit, source=check.source))
             return self._finish(op, trigger, "skipped", planned, check, None, started, before_generation=True)
         plan = planned
+        # in the capsule's text, so every measure renders it (a placeholder was up to 6 tokens short)
+        checkpoint_id = self.new_checkpoint_id()
         self.bus.emit("compaction_start", **plan.to_event())
         progress = Phase(self.bus, plan.operation_id)
         progress("plan", 5)
         try:
             local = deterministic_capsule(list(plan.summarize), plan.previous_capsule, plan.previous_checkpoint_id)
             baseline = self._baseline(plan, local)
-            if trigger in SOFT and (skipped := self._soft_gate(plan, trigger, check, baseline, started)) is not None:
+            if trigger in SOFT and (skipped := self._soft_gate(plan, trigger, check, baseline, started,
+                                                                checkpoint_id)) is not None:
                 return skipped
             self._requesting(plan)
             capsule, quality, note, ungrounded = await self._generate(plan, cancel, progress, local=local)
             if cancel.cancelled:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
             progress("measure", 85)
-            after = self._measure_after(plan, capsule, quality)
+            after = self._measure_after(plan, capsule, quality, checkpoint_id)
             self._observe(plan, baseline, capsule, quality, after)
             if trigger not in EXEMPT_FROM_SOFT_ROI:
                 missed = self._missed_soft_roi(plan, check, after)
@@ -356,7 +359,7 @@ class CompactionEngine:
                 # Exempt from the ROI gate is not licence to grow the context: a capsule that makes
                 # the continuation larger helps nobody. The local capsule replaces it when smaller.
                 # (A mandatory compact has its own guards: the hard limit and the overflow retry's.)
-                smaller = self._smaller_than_before(plan, after)
+                smaller = self._smaller_than_before(plan, after, checkpoint_id)
                 if smaller is None:
                     return self._finish(
                         plan.operation_id, trigger, "skipped",
@@ -367,16 +370,16 @@ class CompactionEngine:
                 ungrounded = 0  # the model's capsule, grounded or not, is not what is appended
             if trigger in MANDATORY and after > plan.hard_limit:
                 # the capsule came out too large: keep less verbatim, then a smaller local capsule
-                retry = self._shrink(plan, check)
+                retry = self._shrink(plan, check, checkpoint_id)
                 if retry is None:
                     return self._finish(plan.operation_id, trigger, "failed",
                                         f"capsule plus retained tail need {after} tokens, over the hard limit "
                                         f"{plan.hard_limit}", check, None, started, tokens_after=after)
                 plan, capsule, quality, note = retry
                 ungrounded = 0
-                after = self._measure_after(plan, capsule, quality)
-            return self._append(plan, trigger, capsule, quality, note, after, ungrounded, check, cancel, started,
-                                progress)
+                after = self._measure_after(plan, capsule, quality, checkpoint_id)
+            return self._append(plan, trigger, capsule, quality, note, (after, checkpoint_id), ungrounded, check,
+                                cancel, started, progress)
         except asyncio.CancelledError:
             self._finish(plan.operation_id, trigger, "cancelled", "the turn was cancelled", check, None, started)
             raise
@@ -395,7 +398,7 @@ class CompactionEngine:
         return ground_plan_summary(plan, local, local).capsule
 
     def _soft_gate(self, plan: CompactionPlan, trigger: Trigger, check: BudgetCheck, baseline: Capsule,
-                   started: float) -> CompactionOutcome | None:
+                   started: float, checkpoint_id: str) -> CompactionOutcome | None:
         """The skip before any summary is requested, or ``None``: the seed's pre-generation estimate
         exactly as written, then the stricter prediction of :mod:`.predict` (``baseline``'s cost
         scaled by the model factor must pass the post-generation gate; a miss waits like a measured one)."""
@@ -403,7 +406,7 @@ class CompactionEngine:
         roi = pre_generation_roi(plan.tokens_before, config)
         if roi.passed and self.predictor is not None:
             model = self.summarizer is not None
-            cost = self._rendered_tokens(baseline, "ok" if model else "degraded")
+            cost = self._rendered_tokens(baseline, "ok" if model else "degraded", checkpoint_id)
             predicted = self.tracker.sized(self.base_tokens + self.predictor.capsule_tokens(cost, model=model)
                                                 + self._tail_tokens(plan) + REPLY_PRIMING)
             self._attempts[plan.operation_id] = SummaryAttempt(predicted_after=predicted,
@@ -453,16 +456,16 @@ class CompactionEngine:
         self._soft_retry_at = (check.context_key, plan.tokens_before + max(1, growth))
 
     def _append(self, plan: CompactionPlan, trigger: Trigger, capsule: Capsule, quality: Quality, note: str | None,
-                after: int, ungrounded: int, check: BudgetCheck, cancel: CancelToken, started: float,
+                measured: tuple[int, str], ungrounded: int, check: BudgetCheck, cancel: CancelToken, started: float,
                 progress: Phase) -> CompactionOutcome:
         """The only write of a compaction: synchronous, so nothing can run between the cancel and
-        leaf checks and the append."""
+        leaf checks and the append. ``measured``: the continuation's tokens with the checkpoint id
+        it was measured with, the id written."""
         progress("append", 95)
         # -- the only write: checked immediately before, with no await in between ----------
         if cancel.cancelled:
             return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
-        checkpoint_id = self.new_checkpoint_id()
-        after = self._measure_after(plan, capsule, quality, checkpoint_id)  # with its id: exactly what is sent
+        after, checkpoint_id = measured  # measured with its id: exactly what is sent
         data: CapsuleData = {
             "checkpointId": checkpoint_id, "firstKeptEntryId": plan.first_kept_entry_id,
             "trigger": trigger_name(trigger), "quality": quality,
@@ -485,7 +488,8 @@ class CompactionEngine:
                             tokens_after=self.measure().effective, quality=quality, checkpoint_id=checkpoint_id,
                             ungrounded=ungrounded)
 
-    def _shrink(self, plan: CompactionPlan, check: BudgetCheck) -> tuple[CompactionPlan, Capsule, Quality, str] | None:
+    def _shrink(self, plan: CompactionPlan, check: BudgetCheck,
+                checkpoint_id: str) -> tuple[CompactionPlan, Capsule, Quality, str] | None:
         for fraction in (0.5, 0.0):
             smaller = self.plan(Trigger(plan.trigger), check, instructions=plan.instructions,
                                 max_tail_tokens=int(self._max_tail(check) * fraction))
@@ -495,16 +499,16 @@ class CompactionEngine:
                                         "operation_id": plan.operation_id})
             capsule = deterministic_capsule(list(smaller.summarize), smaller.previous_capsule,
                                             smaller.previous_checkpoint_id)
-            if self._measure_after(smaller, capsule, "degraded") <= smaller.hard_limit:
+            if self._measure_after(smaller, capsule, "degraded", checkpoint_id) <= smaller.hard_limit:
                 return smaller, capsule, "degraded", "retained tail shrunk to fit the hard limit"
         return None
 
-    def _smaller_than_before(self, plan: CompactionPlan,
-                             model_after: int) -> tuple[Capsule, Quality, str, int] | None:
+    def _smaller_than_before(self, plan: CompactionPlan, model_after: int,
+                             checkpoint_id: str) -> tuple[Capsule, Quality, str, int] | None:
         """The deterministic capsule, when it makes the continuation smaller than the history it
         replaces (the model's capsule did not: ``model_after`` tokens); else ``None``."""
         local = deterministic_capsule(list(plan.summarize), plan.previous_capsule, plan.previous_checkpoint_id)
-        after = self._measure_after(plan, local, "degraded")
+        after = self._measure_after(plan, local, "degraded", checkpoint_id)
         if after >= plan.tokens_before:
             return None
         return local, "degraded", (f"the model's capsule would have grown the context ({plan.tokens_before:,} → "
@@ -546,9 +550,8 @@ class CompactionEngine:
         progress("summarize", 80)
         return grounded.capsule, grounded.quality, grounded.note, grounded.ungrounded
 
-    def _measure_after(self, plan: CompactionPlan, capsule: Capsule, quality: Quality,
-                       checkpoint_id: str = "ck_0000000000") -> int:
-        """Exact size of the continuation: base + rendered capsule + retained tail."""
+    def _measure_after(self, plan: CompactionPlan, capsule: Capsule, quality: Quality, checkpoint_id: str) -> int:
+        """Exact size of the continuation: base + rendered capsule (with the id it is written with) + retained tail."""
         return self.tracker.sized(self.base_tokens + self._rendered_tokens(capsule, quality, checkpoint_id)
                                        + self._tail_tokens(plan) + REPLY_PRIMING)
 
