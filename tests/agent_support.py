@@ -58,6 +58,10 @@ class RecordingProvider:
         count = getattr(self.inner, "count_request_tokens", None)
         return await count(request) if count is not None else None
 
+    async def count_text_tokens(self, text: str) -> int | None:
+        count = getattr(self.inner, "count_text_tokens", None)
+        return await count(text) if count is not None else None
+
     def request_tokens(self, request: ModelRequest, counter: TokenCounter) -> int:
         return (counter.count_text(request.system) + counter.count_tools(request.tools)
                 + counter.count_messages(request.messages))

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 from realmodel_support import (
+    MODEL_ALIAS,
     TOOL_TEMPLATE,
     LlamaServer,
     LocalServer,
@@ -38,7 +39,10 @@ from realmodel_support import (
 
 from soba_notebook.agent.project import open_agent
 from soba_notebook.events import Event
+from soba_notebook.providers.base import ModelRequest
+from soba_notebook.providers.openai import OpenAIChatProvider
 from soba_notebook.session import SessionStore, list_sessions
+from soba_notebook.tokens import TokenCounter
 
 pytestmark = [pytest.mark.realmodel]
 
@@ -123,6 +127,39 @@ def test_soba_counts_every_request_within_two_percent_of_the_server_after_the_fi
     assert abs(errors[0]) <= FIRST_REQUEST_TOLERANCE, (pairs[0], errors[0])
     later = [(p, e) for p, e in zip(pairs[1:], errors[1:], strict=True) if abs(e) > LATER_REQUEST_TOLERANCE]
     assert later == [], later
+
+
+#: a capsule of the kind a 135M model writes: made-up identifiers tokenize unlike prose (issue 26, run 7)
+CAPSULE_TEXT = ("## Goal\nFix add in calc.py.\n## Files read\n- calc.py\n## Decisions\n- keep mul as it is "
+                "(checked by qZ7vK2pL9x and Wm3nR8tY1b); code word xq7Zk9-8fJq2\n## Next steps\n- run python calc.py")
+
+
+def test_the_servers_count_of_a_capsules_text_is_what_that_text_adds_to_its_prompt_count(
+        server: Server, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """``count_text_tokens`` (what a new capsule's "after" figure rests on) against the server's own
+    ``usage.prompt_tokens``: one message holding the text, less one holding a word of it."""
+    provider = OpenAIChatProvider(MODEL_ALIAS, base_url=server.base_url, stream="never")
+
+    async def counts() -> tuple[int | None, int, int]:
+        try:
+            counted = await provider.count_text_tokens(CAPSULE_TEXT)
+            prompts = []
+            for content in (f"Read\n{CAPSULE_TEXT}", "Read\n"):
+                reply = await provider.complete(ModelRequest(
+                    model=MODEL_ALIAS, system="", messages=({"role": "user", "content": content},),
+                    max_output_tokens=1))
+                assert reply.usage is not None and reply.usage.reported, reply
+                prompts.append(reply.usage.prompt_tokens)
+            return counted, prompts[0], prompts[1]
+        finally:
+            await provider.aclose()
+
+    counted, with_text, without = asyncio.run(counts())
+    local = TokenCounter(MODEL_ALIAS).count_text(CAPSULE_TEXT)
+    print(f"\n{request.node.callspec.id}: capsule text {counted} tokens by the server's count, "
+          f"{with_text - without} by its prompt counts, {local} by the local tokenizer")
+    assert counted is not None, "a llama.cpp server counts text on request"
+    assert abs(counted - (with_text - without)) <= 1, (counted, with_text, without)
 
 
 def test_llama_cpp_python_tool_steps_cost_one_request_each_after_the_first_and_none_is_retried(

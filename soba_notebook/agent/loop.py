@@ -152,6 +152,8 @@ class Agent:
         self.engine = CompactionEngine(store, config, self.counter, bus=self.bus, summarizer=summarizer,
                                        flight=flight)
         self._exact = ExactCounts(self.engine.tracker, self.counter, flight)
+        # a new capsule's text as the server tokenizes it, where it can (compaction/capsule_count.py)
+        self.engine.text_counts.count = getattr(provider, "count_text_tokens", None)
         # the turn's secrets and the environment's as they are now (a %compact runs between turns)
         self.engine.scrub = lambda value: self._scrubber.merged(self._fresh_scrubber()).json(value)
         self.tool_context = ToolContext(

@@ -55,6 +55,7 @@ from ..session.payloads import (
 from ..session.store import SessionStore
 from ..tokens import REPLY_PRIMING, TokenCounter
 from .capsule import Capsule, render
+from .capsule_count import CapsuleTextCounts
 from .capsule_entry import capsule_message, capsule_of
 from .extract import deterministic_capsule
 from .grounding import ground_plan_summary
@@ -98,6 +99,7 @@ class CompactionEngine:
         self.clock = clock
         self.intents = IntentQueue()
         self._capsule_cost: dict[str, int] = {}
+        self.text_counts = CapsuleTextCounts(counter)  # the server's count of a new capsule (agent sets .count)
         self._capsule_msg: tuple[str | None, dict[str, Any]] | None = None
         #: the model input of the leaf, maintained as entries are appended (never a whole-path walk)
         self.inputs = ModelInputBuilder(store, count=lambda e: self.counter.count_entry(e))
@@ -150,7 +152,9 @@ class CompactionEngine:
         if key not in costs:  # one capsule is in force at a time: kept small, a long session never grows it
             if len(costs) >= 8:
                 costs.clear()
-            costs[key] = self.counter.count_message(capsule_message(entry))
+            message = capsule_message(entry)
+            counted = capsule_data(entry).get("textTokens")
+            costs[key] = self.counter.count_message(message) + self.text_counts.extra(message["content"], counted)
         return costs[key]
 
     # -- measurement -------------------------------------------------------------------------
@@ -199,18 +203,13 @@ class CompactionEngine:
         user message, appended first, is what makes older history cuttable.) Nothing is
         compacted here."""
         check = self.measure()
-        if not pre_generation_roi(check.effective, self.config.compaction).passed:
-            return False
-        if self._waiting_for_growth(check):
+        if not pre_generation_roi(check.effective, self.config.compaction).passed or self._waiting_for_growth(check):
             return False
         return self.record_intent(Trigger.TURN_COMPLETE)
 
     def model_messages(self) -> list[dict[str, Any]]:
-        """The message part of the next request: capsule (if any) then the retained entries.
-
-        Costs O(what the request holds): the builder keeps the input up to date on append and
-        the rendered capsule is kept for as long as it is in force.
-        """
+        """The message part of the next request: capsule (if any) then the retained entries. O(what the
+        request holds): the builder keeps the input on append; the rendered capsule is kept while in force."""
         capsule = self.inputs.capsule
         out: list[dict[str, Any]] = []
         if capsule is not None:
@@ -223,11 +222,8 @@ class CompactionEngine:
 
     # -- the barrier -------------------------------------------------------------------------
     async def preflight(self, turn: TurnState, cancel: CancelToken | None = None) -> BudgetCheck:
-        """Run before every inference. Returns the budget the request will have.
-
-        Raises CompactionFailed when the request would be over the hard limit and compaction
-        could not fix it: the caller must not send it.
-        """
+        """Run before every inference; returns the budget the request will have. Raises CompactionFailed
+        when the request would be over the hard limit and compaction could not fix it: it must not be sent."""
         check = self.measure()
         self._budget_record(check, turn)
         trigger = choose_trigger(check, self.intents.pending(), self.config.compaction,
@@ -291,10 +287,8 @@ class CompactionEngine:
                                 cancel: CancelToken | None = None) -> tuple[Capsule, Quality, str | None]:
         """A capsule of the whole current context, for an intentional handoff (``%capsule create``).
 
-        Same summarizer, timeout, fallback and fact merging as a compaction, but nothing is cut
-        and nothing is appended: the session's model input does not change. Raises
-        :class:`~soba_notebook.errors.TurnCancelled` when ``cancel`` is set while it runs.
-        """
+        Same summarizer, timeout, fallback and fact merging as a compaction, but nothing is cut or appended:
+        the model input does not change. Raises :class:`~soba_notebook.errors.TurnCancelled` on ``cancel``."""
         entries, capsule_entry = self.inputs.context_slice()
         check = self.measure()
         plan = CompactionPlan(
@@ -345,6 +339,7 @@ class CompactionEngine:
                 return skipped
             self._requesting(plan)
             capsule, quality, note, ungrounded = await self._generate(plan, cancel, progress, local=local)
+            await self.text_counts.learn(self._capsule_text(capsule, quality, checkpoint_id))
             if cancel.cancelled:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
             progress("measure", 85)
@@ -475,6 +470,8 @@ class CompactionEngine:
             "summarizedEntries": plan.entry_count, "note": note, "ungroundedClaims": ungrounded}
         if "kernelState" in self._kernel_now:  # the only field kernel_state_field writes
             data["kernelState"] = self._kernel_now["kernelState"]
+        if (counted := self.text_counts.counted(self._capsule_text(capsule, quality, checkpoint_id))) is not None:
+            data["textTokens"] = counted
         # the one scrub of the capsule: secrets in its text (a model can echo a tool's output)
         # become markers as it is written, like every other entry's (measured before: a few tokens)
         capsule_entry = Entry("capsule", self.scrub(data), parent_id=plan.leaf_id)
@@ -555,10 +552,13 @@ class CompactionEngine:
         return self.tracker.sized(self.base_tokens + self._rendered_tokens(capsule, quality, checkpoint_id)
                                        + self._tail_tokens(plan) + REPLY_PRIMING)
 
+    def _capsule_text(self, capsule: Capsule, quality: Quality, checkpoint_id: str) -> str:
+        return with_kernel_state(render(capsule, checkpoint_id=checkpoint_id, quality=quality), self._kernel_now)
+
     def _rendered_tokens(self, capsule: Capsule, quality: Quality, checkpoint_id: str = "ck_0000000000") -> int:
         """Tokens of ``capsule`` as the first message of model input (kernel state included)."""
-        text = with_kernel_state(render(capsule, checkpoint_id=checkpoint_id, quality=quality), self._kernel_now)
-        return self.counter.count_message({"role": "user", "content": text})
+        text = self._capsule_text(capsule, quality, checkpoint_id)
+        return self.counter.count_message({"role": "user", "content": text}) + self.text_counts.extra(text)
 
     def _tail_tokens(self, plan: CompactionPlan) -> int:
         """Tokens of the entries ``plan`` keeps verbatim, as they are now."""

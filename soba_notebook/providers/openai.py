@@ -68,6 +68,7 @@ from .openai_compat import (
     StreamMode,
     adapt_request,
     count_rendered_tokens,
+    count_text_tokens,
     probe_server,
     response_format_for,
 )
@@ -244,6 +245,18 @@ class OpenAIChatProvider(RemoteProvider):
         body = self._messages_and_tools(request)
         return await count_rendered_tokens(self._clients.get(), self.base_url, body,
                                            self.wire_headers(self.get_key()))
+
+    async def count_text_tokens(self, text: str) -> int | None:
+        """The server's own token count of ``text`` inside a prompt, where a local llama.cpp server
+        tokenizes on request (llama-server, llama-cpp-python); ``None`` elsewhere. A server that
+        did not answer once is not asked again."""
+        await self.prepare()
+        if not self._probe or self.quirks.counts_text is False:
+            return None
+        count = await count_text_tokens(self._clients.get(), self.base_url, text, self.wire_headers(self.get_key()),
+                                        llama_server=self.quirks.renders_on_request)
+        self.quirks.counts_text = count is not None
+        return count
 
     def wire_headers(self, key: str | None) -> dict[str, str]:
         """JSON in; ``Authorization: Bearer`` only when there is a key (local servers need none)."""

@@ -59,6 +59,7 @@ __all__ = [
     "context_window_from_models",
     "context_window_from_props",
     "count_rendered_tokens",
+    "count_text_tokens",
     "probe_context_window",
     "probe_server",
     "response_format_for",
@@ -90,6 +91,8 @@ class ServerQuirks:
     #: a llama.cpp server (its ``/props`` has ``chat_template_caps``): it renders and tokenizes a
     #: prompt on request (``/apply-template``, ``/tokenize``) without generating anything
     renders_on_request: bool = False
+    #: whether the server tokenizes a text on request (``None``: not asked yet; ``False`` after a miss)
+    counts_text: bool | None = None
     probed: bool = False
 
 
@@ -281,6 +284,33 @@ async def count_rendered_tokens(client: httpx.AsyncClient, base_url: str, body: 
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
     return len(tokens) if isinstance(tokens, list) and tokens else None
+
+
+async def count_text_tokens(client: httpx.AsyncClient, base_url: str, text: str, headers: Mapping[str, str],
+                            *, llama_server: bool) -> int | None:
+    """A llama.cpp server's own token count of ``text`` as it sits inside a prompt (no BOS).
+
+    llama-server's ``/tokenize`` with ``add_special`` off; llama-cpp-python's
+    ``/extras/tokenize/count``, which adds the model's BOS where it has one, so the count of an
+    empty text is taken off. ``None`` when the server has no such endpoint or does not answer."""
+    root = server_root(base_url)
+    try:
+        if llama_server:
+            counted = await client.post(f"{root}/tokenize", json={"content": text, "add_special": False},
+                                        headers=dict(headers), timeout=10.0)
+            tokens = counted.json().get("tokens") if counted.status_code == 200 else None
+            return len(tokens) if isinstance(tokens, list) else None
+        counts: list[int] = []
+        for piece in (text, ""):
+            counted = await client.post(f"{root}/extras/tokenize/count", json={"input": piece},
+                                        headers=dict(headers), timeout=10.0)
+            count = counted.json().get("count") if counted.status_code == 200 else None
+            if not isinstance(count, int) or isinstance(count, bool):
+                return None
+            counts.append(count)
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return max(counts[0] - counts[1], 0)
 
 
 async def probe_context_window(client: httpx.AsyncClient, base_url: str, model: str,

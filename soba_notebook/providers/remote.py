@@ -121,6 +121,11 @@ class RemoteProvider:
         offers one (a wire that can ask overrides this); ``None``: estimate instead."""
         return None
 
+    async def count_text_tokens(self, text: str) -> int | None:
+        """The server's own token count of ``text`` inside a prompt, where it tokenizes on request
+        (a wire that can ask overrides this); ``None``: estimate instead."""
+        return None
+
     def get_key(self) -> str | None:
         """The API key: the one given, else the environment variable's value; ``None`` if empty."""
         key = self._api_key if self._api_key is not None else os.environ.get(self.api_key_env)

@@ -181,6 +181,9 @@ class CapsuleData(KernelStateData, total=False):
     #: how many of the model's claims about files, checks and skills the history did not support
     #: (dropped from ``state``; the count only, never the claims)
     ungroundedClaims: int
+    #: the server's own token count of the capsule's message text, where the server counted it
+    #: (compaction/capsule_count.py): every later measure of the capsule uses it
+    textTokens: int
     loadedFrom: dict[str, Any]
 
 

@@ -1,0 +1,150 @@
+"""A new capsule's text is counted by the server where the server tokenizes text on request
+(``compaction/capsule_count.py``): a compaction's "after" figure, and the budget of the context
+that starts with the capsule, carry the server's count of the capsule instead of the local
+tokenizer's calibrated guess (CI run 7 of issue 26: a capsule of made-up identifiers was 1.40x the
+local count on SmolLM2, and the figure came out 5.5% under the server's next prompt count).
+
+Loopback tests on the fake server, with llama-cpp-python's ``/extras/tokenize/count`` shape
+(including the BOS it adds) and a server without the endpoint; ``tests/test_realmodel_counts.py``
+checks the count against the real servers' own prompt counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agent_support import is_summary_request, make_agent
+from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
+
+from soba_notebook.agent.loop import Agent
+from soba_notebook.compaction.barrier import CompactionEngine
+from soba_notebook.compaction.capsule_count import CapsuleTextCounts
+from soba_notebook.compaction.outcome import CompactionOutcome
+from soba_notebook.providers.openai import OpenAIChatProvider
+from soba_notebook.session import SessionStore
+from soba_notebook.tokens import TokenCounter
+
+LONG = "The parser reads tokens from the lexer and builds a tree of nodes; each keeps its source span. " * 80
+BOS = 1
+
+
+def _words_doubled(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A tokenizer unlike the local one: two tokens per word, plus the BOS llama-cpp-python adds."""
+    return {"count": BOS + 2 * len(str(body.get("input", "")).split())}
+
+
+def _compacted(tmp_path: Path, server: FakeServer,
+               count_route: Callable[[Mapping[str, Any]], Any] | None) -> tuple[Agent, CompactionOutcome, int]:
+    """Two long turns, then ``%compact``, on a llama-cpp-python-like server whose
+    ``/extras/tokenize/count`` is ``count_route``; the agent, the outcome and the budget after it."""
+    if count_route is not None:
+        server.post_routes["/extras/tokenize/count"] = count_route
+    server.handler = lambda path, body: ({"text": "not a capsule"} if is_summary_request(body)
+                                         else {"text": "ok", "usage": {"prompt_tokens": 3000, "completion_tokens": 1}})
+    agent, _, _ = make_agent(tmp_path, "openai", server.openai_base_url,
+                             compaction={"auto": False, "keepRecentTokens": 60})
+
+    async def scenario() -> tuple[CompactionOutcome, int]:
+        try:
+            await agent.run_turn("Remember this. " + LONG)
+            await agent.run_turn("And this. " + LONG)
+            outcome = await agent.compact()
+            return outcome, agent.engine.measure().effective
+        finally:
+            await agent.provider.aclose()
+
+    outcome, budget = asyncio.run(scenario())
+    assert outcome.outcome == "completed", outcome
+    return agent, outcome, budget
+
+
+def _capsule_text(agent: Agent) -> str:
+    return agent.engine.model_messages()[0]["content"]
+
+
+def test_a_new_capsules_after_figure_carries_the_servers_count_of_its_text(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    agent, outcome, budget = _compacted(tmp_path / "one", fake_server, _words_doubled)
+    text = _capsule_text(agent)
+    asked = [body["input"] for path, body in fake_server.other_posts if path == "/extras/tokenize/count"]
+    assert asked == [text, ""], "the capsule's text exactly as it is sent, then the empty text for the BOS"
+    exact = 2 * len(text.split())
+    local = agent.counter.calibrated(agent.counter.count_text(text))
+    assert exact - local > 50, "the fake tokenizer must differ from the local one for this to prove anything"
+
+    # the same session with no count: everything but the capsule sizes the same, the capsule locally
+    plain = FakeServer().start()
+    try:
+        plain.post_routes["/extras/tokenize/count"] = lambda body: {"detail": "Not Found"}
+        other, estimated, _ = _compacted(tmp_path / "two", plain, None)
+    finally:
+        plain.stop()
+    other_local = other.counter.calibrated(other.counter.count_text(_capsule_text(other)))
+    assert abs((outcome.tokens_after - exact) - (estimated.tokens_after - other_local)) <= 2, (
+        outcome.tokens_after, exact, estimated.tokens_after, other_local)
+    assert budget == outcome.tokens_after, "the budget of the new context counts the capsule the same way"
+
+
+def test_a_server_that_does_not_count_text_is_asked_once_and_the_estimate_stands(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    fake_server.post_routes["/extras/tokenize/count"] = lambda body: {"detail": "Not Found"}
+    agent, outcome, budget = _compacted(tmp_path, fake_server, None)
+    provider = agent.provider.inner
+    assert isinstance(provider, OpenAIChatProvider)
+    assert provider.quirks.counts_text is False
+    asked = len(fake_server.other_posts)
+    assert asyncio.run(provider.count_text_tokens("anything")) is None
+    assert len(fake_server.other_posts) == asked, "not asked again"
+    assert budget == outcome.tokens_after
+
+
+def test_a_count_that_fails_or_never_comes_keeps_the_estimate() -> None:
+    counter = TokenCounter("gpt-4o-mini")
+
+    async def never(text: str) -> int | None:
+        await asyncio.sleep(60)
+        return 1
+
+    async def broken(text: str) -> int | None:
+        raise RuntimeError("connection reset")
+
+    for count in (never, broken):
+        counts = CapsuleTextCounts(counter, count)
+        counts.timeout = 0.05
+        assert asyncio.run(counts.learn("## Goal\nfix the parser")) is None
+        assert counts.extra("## Goal\nfix the parser") == 0
+
+
+@pytest.mark.parametrize("ratio", [1.0, 1.25])
+def test_the_correction_is_kept_in_raw_units_so_the_calibrated_capsule_is_the_servers_count(ratio: float) -> None:
+    counter = TokenCounter("gpt-4o-mini")
+    if ratio != 1.0:
+        counter.observe_usage(1000, round(1000 * ratio))
+    text = "Files: src/parse_xq7Zk9.py; code words qZ7vK2pL9x, Wm3nR8tY1b. " * 10
+
+    async def server(text: str) -> int:
+        return 400
+
+    counts = CapsuleTextCounts(counter, server)
+    assert asyncio.run(counts.learn(text)) == 400
+    assert abs(counter.calibrated(counter.count_text(text) + counts.extra(text)) - 400) <= 1
+    assert counts.extra("another text") == 0
+
+
+def test_the_servers_count_is_kept_with_the_capsule_so_a_reopened_session_sizes_it_the_same(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    agent, _, _ = _compacted(tmp_path, fake_server, _words_doubled)
+    text = _capsule_text(agent)
+    entry = agent.engine.inputs.capsule
+    assert entry is not None and entry.data["textTokens"] == 2 * len(text.split())
+    # a fresh process: a new store on the file, a fresh counter (no calibration), no server at all
+    counter = TokenCounter("gpt-4o-mini")
+    engine = CompactionEngine(SessionStore.open(agent.store.file), agent.config, counter)
+    reopened = engine.inputs.capsule
+    assert reopened is not None and reopened.id == entry.id
+    local = counter.count_message({"role": "user", "content": text})
+    assert engine.capsule_tokens(reopened) == local - counter.count_text(text) + entry.data["textTokens"]
