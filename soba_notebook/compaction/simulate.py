@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +39,8 @@ from ..events import Event, EventBus
 from ..flight import FlightRecorder
 from ..scrub import Scrubber
 from ..session.entries import Entry
+from ..session.memory_store import MemoryStore
 from ..session.payloads import checkpoint_data
-from ..session.store import SessionStore
 from ..tokens import TokenCounter
 from .barrier import CompactionEngine
 from .capsule import Capsule
@@ -132,19 +131,20 @@ class _PairCheck:
 def replay(source: Sequence[Entry], config: SobaConfig, *, counter: TokenCounter | None = None,
            base_tokens: int = 0, workdir: str | Path | None = None, summarizer: Summarizer | None = None,
            predict: bool = True, flight: FlightRecorder | None = None) -> SimulationResult:
-    """Replay ``source`` (entries on a root-to-leaf path) and report every inference."""
+    """Replay ``source`` (entries on a root-to-leaf path) and report every inference.
+
+    The replay appends to a session in memory (:class:`~soba_notebook.session.memory_store.MemoryStore`:
+    no file, no lock, no encoding per entry); with ``workdir`` the replayed session is also
+    written there, in one append at the end, and ``session_path`` names its file.
+    """
     counter = counter or TokenCounter(config.model.model)
-    tmp: tempfile.TemporaryDirectory[str] | None = None
+    engine_options = _EngineOptions(summarizer, predict, flight)
+    store = MemoryStore.create_in_memory(meta={"simulation": True})
+    result = asyncio.run(_replay(source, store, config, counter, base_tokens, engine_options))
     if workdir is None:
-        tmp = tempfile.TemporaryDirectory()
-        workdir = tmp.name
-    directory = Path(workdir)
-    try:
-        engine_options = _EngineOptions(summarizer, predict, flight)
-        return asyncio.run(_replay(source, config, counter, base_tokens, directory, engine_options))
-    finally:
-        if tmp is not None:
-            tmp.cleanup()
+        return result
+    written = store.save(workdir)
+    return SimulationResult(result.inferences, result.capsules, result.capsule_entries, written.file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +154,8 @@ class _EngineOptions:
     flight: FlightRecorder | None = None
 
 
-async def _replay(source: Sequence[Entry], config: SobaConfig, counter: TokenCounter, base_tokens: int,
-                  directory: Path, options: _EngineOptions) -> SimulationResult:
-    store = SessionStore.create(directory, meta={"simulation": True})
+async def _replay(source: Sequence[Entry], store: MemoryStore, config: SobaConfig, counter: TokenCounter,
+                  base_tokens: int, options: _EngineOptions) -> SimulationResult:
     bus = EventBus()
     ends: list[Event] = []
     bus.subscribe(lambda e: ends.append(e) if e.type == "compaction_end" else None)
@@ -200,12 +199,11 @@ async def _replay(source: Sequence[Entry], config: SobaConfig, counter: TokenCou
             turn.inferences += 1
         if entry.type in ("capsule", "leaf", "session"):
             continue  # the source's own compactions and rewinds are not replayed
-        data = dict(entry.data)
+        data = entry.data  # shared, not copied: an entry's data is never changed in place
         if entry.role == "assistant":
             message = dict(entry.message)
             message["contextKey"] = message.get("contextKey") or "root"
-            data["message"] = message
+            data = {**data, "message": message}
         store.append(Entry(entry.type, data, entry.id if entry.id not in store else None, None, entry.ts))
     capsule_entries = tuple(e for e in store.entries() if e.type == "capsule")
-    return SimulationResult(tuple(records), tuple(capsule_of(e) for e in capsule_entries), capsule_entries,
-                            store.file)
+    return SimulationResult(tuple(records), tuple(capsule_of(e) for e in capsule_entries), capsule_entries)
