@@ -4,6 +4,7 @@ text with UTF-16 surrogates cleaned), so no figure moves."""
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -63,6 +64,32 @@ def test_a_replay_opens_no_file_and_takes_no_lock_for_any_entry(monkeypatch: pyt
     assert result.capsules, "the session must compact, so the engine's own appends are counted too"
     assert (counted.opens, counted.locks) == (0, 0)
     assert result.session_path is None  # nothing written, nothing to open afterwards
+
+
+def test_a_replay_leaves_nothing_for_the_cyclic_gc_and_runs_without_it() -> None:
+    """Its engine's reference cycles (and the replayed session hanging off them) are broken as it
+    ends, so pausing the collector for its length leaves no garbage behind."""
+    source = _source(200)
+    collections: list[int] = []
+
+    def started(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(started)
+    try:
+        result = replay(source, CONFIG, counter=COUNTER)
+    finally:
+        gc.callbacks.remove(started)
+    assert result.capsules and gc.isenabled()
+    assert collections == []  # 800 entries re-appended, capsules built: not one collection
+    gc.disable()
+    try:
+        replay(source, CONFIG, counter=COUNTER)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
 
 
 def test_a_replay_into_a_directory_writes_the_replayed_session_once(tmp_path: Path,

@@ -27,6 +27,7 @@ would otherwise render other capsules).
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import itertools
 from collections.abc import Callable, Sequence
@@ -140,7 +141,19 @@ def replay(source: Sequence[Entry], config: SobaConfig, *, counter: TokenCounter
     counter = counter or TokenCounter(config.model.model)
     engine_options = _EngineOptions(summarizer, predict, flight)
     store = MemoryStore.create_in_memory(meta={"simulation": True})
-    result = asyncio.run(_replay(source, store, config, counter, base_tokens, engine_options))
+    # The cyclic GC off while the replay runs (as SessionStore.open and the importers do while they
+    # load): a replay builds an entry per source entry while the source is alive, and the collector
+    # rescanned that growing heap over and over (a full collection or two at 32x the pi session,
+    # none at 2x: the excess over linear). Nothing a replay builds is left in a cycle (_replay frees
+    # its engine's), so reference counting frees it all; the collector is back on as it ends.
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        result = asyncio.run(_replay(source, store, config, counter, base_tokens, engine_options))
+    finally:
+        if paused:
+            gc.enable()
     if workdir is None:
         return result
     written = store.save(workdir)
@@ -165,45 +178,53 @@ async def _replay(source: Sequence[Entry], store: MemoryStore, config: SobaConfi
     engine.scrub = Scrubber().json  # token shapes only: the same capsules on a machine with other secrets
     if not options.predict:
         engine.predictor = None
-    dangling = _dangling_calls(source)
-    pairs = _PairCheck(engine)
-    records: list[InferenceRecord] = []
-    turn, turn_no, inference = TurnState(), 0, 0
-    for entry in source:
-        if entry.role == "user" and entry.message.get("source") is None and records:
-            engine.record_turn_complete()
-            turn, turn_no = TurnState(), turn_no + 1
-        if entry.type == "checkpoint" and (mark := checkpoint_data(entry)).get("kind") in ("milestone", "plan_pivot"):
-            engine.record_intent(str(mark["kind"]), str(mark.get("note", "")))
-        if entry.role == "assistant":
-            before = engine.measure()
-            ends.clear()
-            blocked = False
-            try:
-                after = await engine.preflight(turn)
-            except CompactionFailed:
-                after, blocked = engine.measure(), True
-            end = ends[-1].data if ends else None
-            problems = [p for p in pairs.problems()
-                        if not any(f"'{cid}'" in p and "has no result" in p for cid in dangling)]
-            records.append(InferenceRecord(
-                index=inference, entry_id=entry.id, turn=turn_no, effective_tokens=before.effective,
-                source=before.source, hard_limit=before.hard_limit, soft_limit=before.soft_limit,
-                trigger=end["trigger"] if end else None, outcome=end["outcome"] if end else None,
-                reason=end["reason"] if end else None, tokens_after=after.effective,
-                reclaimed_tokens=end["reclaimed_tokens"] if end else 0,
-                checkpoint_id=end["checkpoint_id"] if end else None, quality=end["quality"] if end else None,
-                oversized=not blocked and after.effective > after.hard_limit, pairs_intact=not problems,
-                blocked=blocked))
-            inference += 1
-            turn.inferences += 1
-        if entry.type in ("capsule", "leaf", "session"):
-            continue  # the source's own compactions and rewinds are not replayed
-        data = entry.data  # shared, not copied: an entry's data is never changed in place
-        if entry.role == "assistant":
-            message = dict(entry.message)
-            message["contextKey"] = message.get("contextKey") or "root"
-            data = {**data, "message": message}
-        store.append(Entry(entry.type, data, entry.id if entry.id not in store else None, None, entry.ts))
+    try:
+        dangling = _dangling_calls(source)
+        pairs = _PairCheck(engine)
+        records: list[InferenceRecord] = []
+        turn, turn_no, inference = TurnState(), 0, 0
+        for entry in source:
+            if entry.role == "user" and entry.message.get("source") is None and records:
+                engine.record_turn_complete()
+                turn, turn_no = TurnState(), turn_no + 1
+            if entry.type == "checkpoint" and (mark := checkpoint_data(entry)).get("kind") in ("milestone",
+                                                                                                "plan_pivot"):
+                engine.record_intent(str(mark["kind"]), str(mark.get("note", "")))
+            if entry.role == "assistant":
+                before = engine.measure()
+                ends.clear()
+                blocked = False
+                try:
+                    after = await engine.preflight(turn)
+                except CompactionFailed:
+                    after, blocked = engine.measure(), True
+                end = ends[-1].data if ends else None
+                problems = [p for p in pairs.problems()
+                            if not any(f"'{cid}'" in p and "has no result" in p for cid in dangling)]
+                records.append(InferenceRecord(
+                    index=inference, entry_id=entry.id, turn=turn_no, effective_tokens=before.effective,
+                    source=before.source, hard_limit=before.hard_limit, soft_limit=before.soft_limit,
+                    trigger=end["trigger"] if end else None, outcome=end["outcome"] if end else None,
+                    reason=end["reason"] if end else None, tokens_after=after.effective,
+                    reclaimed_tokens=end["reclaimed_tokens"] if end else 0,
+                    checkpoint_id=end["checkpoint_id"] if end else None, quality=end["quality"] if end else None,
+                    oversized=not blocked and after.effective > after.hard_limit, pairs_intact=not problems,
+                    blocked=blocked))
+                inference += 1
+                turn.inferences += 1
+            if entry.type in ("capsule", "leaf", "session"):
+                continue  # the source's own compactions and rewinds are not replayed
+            data = entry.data  # shared, not copied: an entry's data is never changed in place
+            if entry.role == "assistant":
+                message = dict(entry.message)
+                message["contextKey"] = message.get("contextKey") or "root"
+                data = {**data, "message": message}
+            store.append(Entry(entry.type, data, entry.id if entry.id not in store else None, None, entry.ts))
+    finally:
+        # The engine's callbacks (lambdas over itself, its bound methods) make reference cycles, and
+        # the replayed session hangs off them: left to the cyclic GC, a replay's whole store (an
+        # entry per source entry, and its capsules) waited for a full collection, which then
+        # scanned it inside whatever ran next. Emptied here, it is freed by reference counting as the replay ends.
+        engine.__dict__.clear()
     capsule_entries = tuple(e for e in store.entries() if e.type == "capsule")
     return SimulationResult(tuple(records), tuple(capsule_of(e) for e in capsule_entries), capsule_entries)
