@@ -152,6 +152,15 @@ class Scrubber:
 
     def json(self, value: Any) -> Any:
         """:meth:`text` applied to every string value (never the keys) of a JSON-like value."""
+        cls = value.__class__  # exact classes first: the ABC check below is slow, and capsules are long
+        if cls is str:
+            return self.text(value)
+        if cls is dict:
+            return {k: self.text(v) if v.__class__ is str else self.json(v) for k, v in value.items()}
+        if cls is list or cls is tuple:
+            return [self.text(v) if v.__class__ is str else self.json(v) for v in value]
+        if value is None or cls is int or cls is float or cls is bool:
+            return value
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, Mapping):

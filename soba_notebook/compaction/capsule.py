@@ -204,14 +204,46 @@ def _section(capsule: Capsule, attr: str, kind: str, title: str) -> str:
 
 def _quoted_capsule(capsule: Capsule) -> Capsule:
     """``capsule`` with :func:`quote` applied to every string it renders."""
-    def q(value: Any) -> Any:
-        if isinstance(value, str):
-            return quote(value)
-        if isinstance(value, tuple):
-            return tuple(q(v) for v in value)
-        if hasattr(value, "__dataclass_fields__"):
-            return replace(value, **{f.name: q(getattr(value, f.name)) for f in fields(value)})
-        return value
-
-    quoted: Capsule = q(capsule)
+    quoted: Capsule = _quoted(capsule)
     return quoted
+
+
+def _quoted(value: Any) -> Any:
+    """:func:`quote` applied to every string in ``value`` (tuples and dataclasses walked).
+
+    Every measure of a compaction renders its capsule again, and a long session's capsule holds
+    hundreds of items: the walk asks each value's exact class first and reads each dataclass's
+    field names once (``dataclasses.fields`` and ``replace`` per value cost more than the quoting).
+    A module function, not one nested in its caller: a nested recursive function is a reference
+    cycle, garbage for the cyclic GC after every render.
+    """
+    cls = value.__class__
+    if cls is str:
+        return quote(value)
+    if cls is tuple:  # most items are plain strings: quoted here, without a call each
+        return tuple([quote(v) if v.__class__ is str else _quoted(v) for v in value])
+    if isinstance(value, str):
+        return quote(value)
+    if isinstance(value, tuple):
+        return tuple(_quoted(v) for v in value)
+    if hasattr(value, "__dataclass_fields__"):
+        names = _init_fields(cls)
+        if names is None:
+            return replace(value, **{f.name: _quoted(getattr(value, f.name)) for f in fields(value)})
+        return cls(**{name: _quoted(getattr(value, name)) for name in names})
+    return value
+
+
+_INIT_FIELDS: dict[type, tuple[str, ...] | None] = {}
+
+
+def _init_fields(cls: type) -> tuple[str, ...] | None:
+    """The field names of dataclass ``cls``, when every field is an ``__init__`` argument (then
+    ``cls(**values)`` is what ``replace`` builds); ``None`` otherwise."""
+    try:
+        return _INIT_FIELDS[cls]
+    except KeyError:
+        found = fields(cls)
+        names = tuple(f.name for f in found) if all(f.init for f in found) else None
+        _INIT_FIELDS[cls] = names
+        return names

@@ -27,9 +27,9 @@ would otherwise render other capsules).
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import itertools
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +40,8 @@ from ..events import Event, EventBus
 from ..flight import FlightRecorder
 from ..scrub import Scrubber
 from ..session.entries import Entry
+from ..session.memory_store import MemoryStore
 from ..session.payloads import checkpoint_data
-from ..session.store import SessionStore
 from ..tokens import TokenCounter
 from .barrier import CompactionEngine
 from .capsule import Capsule
@@ -132,19 +132,32 @@ class _PairCheck:
 def replay(source: Sequence[Entry], config: SobaConfig, *, counter: TokenCounter | None = None,
            base_tokens: int = 0, workdir: str | Path | None = None, summarizer: Summarizer | None = None,
            predict: bool = True, flight: FlightRecorder | None = None) -> SimulationResult:
-    """Replay ``source`` (entries on a root-to-leaf path) and report every inference."""
+    """Replay ``source`` (entries on a root-to-leaf path) and report every inference.
+
+    The replay appends to a session in memory (:class:`~soba_notebook.session.memory_store.MemoryStore`:
+    no file, no lock, no encoding per entry); with ``workdir`` the replayed session is also
+    written there, in one append at the end, and ``session_path`` names its file.
+    """
     counter = counter or TokenCounter(config.model.model)
-    tmp: tempfile.TemporaryDirectory[str] | None = None
-    if workdir is None:
-        tmp = tempfile.TemporaryDirectory()
-        workdir = tmp.name
-    directory = Path(workdir)
+    engine_options = _EngineOptions(summarizer, predict, flight)
+    store = MemoryStore.create_in_memory(meta={"simulation": True})
+    # The cyclic GC off while the replay runs (as SessionStore.open and the importers do while they
+    # load): a replay builds an entry per source entry while the source is alive, and the collector
+    # rescanned that growing heap over and over (a full collection or two at 32x the pi session,
+    # none at 2x: the excess over linear). Nothing a replay builds is left in a cycle (_replay frees
+    # its engine's), so reference counting frees it all; the collector is back on as it ends.
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
     try:
-        engine_options = _EngineOptions(summarizer, predict, flight)
-        return asyncio.run(_replay(source, config, counter, base_tokens, directory, engine_options))
+        result = asyncio.run(_replay(source, store, config, counter, base_tokens, engine_options))
     finally:
-        if tmp is not None:
-            tmp.cleanup()
+        if paused:
+            gc.enable()
+    if workdir is None:
+        return result
+    written = store.save(workdir)
+    return SimulationResult(result.inferences, result.capsules, result.capsule_entries, written.file)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,9 +167,8 @@ class _EngineOptions:
     flight: FlightRecorder | None = None
 
 
-async def _replay(source: Sequence[Entry], config: SobaConfig, counter: TokenCounter, base_tokens: int,
-                  directory: Path, options: _EngineOptions) -> SimulationResult:
-    store = SessionStore.create(directory, meta={"simulation": True})
+async def _replay(source: Sequence[Entry], store: MemoryStore, config: SobaConfig, counter: TokenCounter,
+                  base_tokens: int, options: _EngineOptions) -> SimulationResult:
     bus = EventBus()
     ends: list[Event] = []
     bus.subscribe(lambda e: ends.append(e) if e.type == "compaction_end" else None)
@@ -166,46 +178,53 @@ async def _replay(source: Sequence[Entry], config: SobaConfig, counter: TokenCou
     engine.scrub = Scrubber().json  # token shapes only: the same capsules on a machine with other secrets
     if not options.predict:
         engine.predictor = None
-    dangling = _dangling_calls(source)
-    pairs = _PairCheck(engine)
-    records: list[InferenceRecord] = []
-    turn, turn_no, inference = TurnState(), 0, 0
-    for entry in source:
-        if entry.role == "user" and entry.message.get("source") is None and records:
-            engine.record_turn_complete()
-            turn, turn_no = TurnState(), turn_no + 1
-        if entry.type == "checkpoint" and (mark := checkpoint_data(entry)).get("kind") in ("milestone", "plan_pivot"):
-            engine.record_intent(str(mark["kind"]), str(mark.get("note", "")))
-        if entry.role == "assistant":
-            before = engine.measure()
-            ends.clear()
-            blocked = False
-            try:
-                after = await engine.preflight(turn)
-            except CompactionFailed:
-                after, blocked = engine.measure(), True
-            end = ends[-1].data if ends else None
-            problems = [p for p in pairs.problems()
-                        if not any(f"'{cid}'" in p and "has no result" in p for cid in dangling)]
-            records.append(InferenceRecord(
-                index=inference, entry_id=entry.id, turn=turn_no, effective_tokens=before.effective,
-                source=before.source, hard_limit=before.hard_limit, soft_limit=before.soft_limit,
-                trigger=end["trigger"] if end else None, outcome=end["outcome"] if end else None,
-                reason=end["reason"] if end else None, tokens_after=after.effective,
-                reclaimed_tokens=end["reclaimed_tokens"] if end else 0,
-                checkpoint_id=end["checkpoint_id"] if end else None, quality=end["quality"] if end else None,
-                oversized=not blocked and after.effective > after.hard_limit, pairs_intact=not problems,
-                blocked=blocked))
-            inference += 1
-            turn.inferences += 1
-        if entry.type in ("capsule", "leaf", "session"):
-            continue  # the source's own compactions and rewinds are not replayed
-        data = dict(entry.data)
-        if entry.role == "assistant":
-            message = dict(entry.message)
-            message["contextKey"] = message.get("contextKey") or "root"
-            data["message"] = message
-        store.append(Entry(entry.type, data, entry.id if entry.id not in store else None, None, entry.ts))
+    try:
+        dangling = _dangling_calls(source)
+        pairs = _PairCheck(engine)
+        records: list[InferenceRecord] = []
+        turn, turn_no, inference = TurnState(), 0, 0
+        for entry in source:
+            if entry.role == "user" and entry.message.get("source") is None and records:
+                engine.record_turn_complete()
+                turn, turn_no = TurnState(), turn_no + 1
+            if entry.type == "checkpoint" and (mark := checkpoint_data(entry)).get("kind") in ("milestone",
+                                                                                                "plan_pivot"):
+                engine.record_intent(str(mark["kind"]), str(mark.get("note", "")))
+            if entry.role == "assistant":
+                before = engine.measure()
+                ends.clear()
+                blocked = False
+                try:
+                    after = await engine.preflight(turn)
+                except CompactionFailed:
+                    after, blocked = engine.measure(), True
+                end = ends[-1].data if ends else None
+                problems = [p for p in pairs.problems()
+                            if not any(f"'{cid}'" in p and "has no result" in p for cid in dangling)]
+                records.append(InferenceRecord(
+                    index=inference, entry_id=entry.id, turn=turn_no, effective_tokens=before.effective,
+                    source=before.source, hard_limit=before.hard_limit, soft_limit=before.soft_limit,
+                    trigger=end["trigger"] if end else None, outcome=end["outcome"] if end else None,
+                    reason=end["reason"] if end else None, tokens_after=after.effective,
+                    reclaimed_tokens=end["reclaimed_tokens"] if end else 0,
+                    checkpoint_id=end["checkpoint_id"] if end else None, quality=end["quality"] if end else None,
+                    oversized=not blocked and after.effective > after.hard_limit, pairs_intact=not problems,
+                    blocked=blocked))
+                inference += 1
+                turn.inferences += 1
+            if entry.type in ("capsule", "leaf", "session"):
+                continue  # the source's own compactions and rewinds are not replayed
+            data = entry.data  # shared, not copied: an entry's data is never changed in place
+            if entry.role == "assistant":
+                message = dict(entry.message)
+                message["contextKey"] = message.get("contextKey") or "root"
+                data = {**data, "message": message}
+            store.append(Entry(entry.type, data, entry.id if entry.id not in store else None, None, entry.ts))
+    finally:
+        # The engine's callbacks (lambdas over itself, its bound methods) make reference cycles, and
+        # the replayed session hangs off them: left to the cyclic GC, a replay's whole store (an
+        # entry per source entry, and its capsules) waited for a full collection, which then
+        # scanned it inside whatever ran next. Emptied here, it is freed by reference counting as the replay ends.
+        engine.__dict__.clear()
     capsule_entries = tuple(e for e in store.entries() if e.type == "capsule")
-    return SimulationResult(tuple(records), tuple(capsule_of(e) for e in capsule_entries), capsule_entries,
-                            store.file)
+    return SimulationResult(tuple(records), tuple(capsule_of(e) for e in capsule_entries), capsule_entries)
