@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import SessionError, StaleLeafError
+from ..errors import SessionError
 from ..surrogates import clean_surrogates
 from .entries import Entry, new_id, now_iso
 from .jsonl import FORMAT_VERSION
@@ -94,24 +94,13 @@ class MemoryStore(SessionStore):
     def append(self, entry: Entry, *, expect_leaf: str | object | None = ...) -> Entry:
         """:meth:`SessionStore.append` without the file: the same entry, line and leaf."""
         with self._mutex:
-            if expect_leaf is not ... and self._leaf != expect_leaf:
-                raise StaleLeafError(f"{self.file}: session leaf is {self._leaf!r}, not the expected "
-                                     f"{expect_leaf!r}; nothing was appended")
-            entry = entry.with_ids(entry.id or new_id(),
-                                   entry.parent_id if entry.parent_id is not None else self._leaf,
-                                   entry.ts or now_iso(self._clock() if self._clock else None))
-            if entry.id in self._by_id:
-                raise SessionError(f"{self.file}: entry id {entry.id!r} already exists")
+            entry = self._stamped(entry, expect_leaf)
             if holds_surrogates(entry.data) or holds_surrogates(entry.id) or holds_surrogates(entry.parent_id) \
                     or holds_surrogates(entry.ts) or holds_surrogates(entry.type):
                 # the entry as the file store writes and keeps it (the same JSON round trip)
                 payload = json.dumps(entry.to_json(), ensure_ascii=False, separators=(",", ":"))
                 entry = Entry.from_json(json.loads(clean_surrogates(payload)))
-            self._line_no += 1
-            entry = Entry(entry.type, entry.data, entry.id, entry.parent_id, entry.ts, self._line_no)
-            self._index(entry)
-            self.version += 1
-            return entry
+            return self._appended(entry)
 
     def append_many(self, entries: list[Entry]) -> list[Entry]:
         """Each entry appended in turn, after checking that no id is taken (as the file store

@@ -355,6 +355,26 @@ class SessionStore:
         return ids
 
     # -- writing -----------------------------------------------------------------------------
+    def _stamped(self, entry: Entry, expect_leaf: str | object | None) -> Entry:
+        """``entry`` with its id, parent (the leaf when it names none) and time, once the leaf is
+        the expected one and the id is new; under the mutex, caught up (every store's append)."""
+        if expect_leaf is not ... and self._leaf != expect_leaf:
+            raise StaleLeafError(f"{self.file}: session leaf is {self._leaf!r}, not the expected "
+                                 f"{expect_leaf!r}; nothing was appended")
+        entry = entry.with_ids(entry.id or new_id(), entry.parent_id if entry.parent_id is not None else self._leaf,
+                               entry.ts or now_iso(self._clock() if self._clock else None))
+        if entry.id in self._by_id:
+            raise SessionError(f"{self.file}: entry id {entry.id!r} already exists")
+        return entry
+
+    def _appended(self, entry: Entry) -> Entry:
+        """``entry`` on the next line, indexed, and the store's version moved on."""
+        self._line_no += 1
+        entry = Entry(entry.type, entry.data, entry.id, entry.parent_id, entry.ts, self._line_no)
+        self._index(entry)
+        self.version += 1
+        return entry
+
     def append(self, entry: Entry, *, expect_leaf: str | object | None = ...) -> Entry:
         """Append ``entry`` as one line; returns it with ``id``, ``parentId`` and ``ts`` filled in.
 
@@ -370,14 +390,7 @@ class SessionStore:
             self._catch_up_locked()
             if self.lease is not None:
                 self.lease.verify()
-            if expect_leaf is not ... and self._leaf != expect_leaf:
-                raise StaleLeafError(f"{self.file}: session leaf is {self._leaf!r}, not the expected "
-                                     f"{expect_leaf!r}; nothing was appended")
-            entry = entry.with_ids(entry.id or new_id(),
-                                   entry.parent_id if entry.parent_id is not None else self._leaf,
-                                   entry.ts or now_iso(self._clock() if self._clock else None))
-            if entry.id in self._by_id:
-                raise SessionError(f"{self.file}: entry id {entry.id!r} already exists")
+            entry = self._stamped(entry, expect_leaf)
             try:
                 payload = json.dumps(entry.to_json(), ensure_ascii=False, separators=(",", ":"))
             except (TypeError, ValueError) as exc:
@@ -401,11 +414,7 @@ class SessionStore:
             self._write(data, f"{entry.type} entry")
             self._needs_newline = False
             self._offset += len(data)
-            self._line_no += 1
-            entry = Entry(entry.type, entry.data, entry.id, entry.parent_id, entry.ts, self._line_no)
-            self._index(entry)
-            self.version += 1
-            return entry
+            return self._appended(entry)
 
     def append_many(self, entries: list[Entry]) -> list[Entry]:
         """Append ``entries`` in order with one lock, one ``write`` and at most one ``fsync``.
