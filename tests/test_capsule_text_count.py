@@ -82,7 +82,6 @@ def test_a_new_capsules_after_figure_carries_the_servers_count_of_its_text(
     # the same session with no count: everything but the capsule sizes the same, the capsule locally
     plain = FakeServer().start()
     try:
-        plain.post_routes["/extras/tokenize/count"] = lambda body: {"detail": "Not Found"}
         other, estimated, _ = _compacted(tmp_path / "two", plain, None)
     finally:
         plain.stop()
@@ -103,8 +102,7 @@ def test_a_fallback_capsule_is_not_counted_while_the_server_may_still_be_busy_wi
 
 def test_a_server_that_does_not_count_text_is_asked_once_and_the_estimate_stands(
         tmp_path: Path, fake_server: FakeServer) -> None:
-    fake_server.post_routes["/extras/tokenize/count"] = lambda body: {"detail": "Not Found"}
-    agent, outcome, budget = _compacted(tmp_path, fake_server, None)
+    agent, outcome, budget = _compacted(tmp_path, fake_server, None)  # the fake answers 404, like most servers
     provider = agent.provider.inner
     assert isinstance(provider, OpenAIChatProvider)
     assert provider.quirks.counts_text is False
