@@ -145,6 +145,12 @@ class Script:
     render: Callable[[Mapping[str, Any]], Reply]
 
 
+#: paths only some local servers serve (llama-server's ``/tokenize``, ``/apply-template``;
+#: llama-cpp-python's ``/extras/...``): without a route of a test's own, answered 404 like any
+#: server without them, never with a scripted model reply
+LOCAL_SERVER_EXTRAS = ("/extras/", "/tokenize", "/apply-template")
+
+
 def split_points(text: str, split: int | Sequence[int] | None) -> list[str]:
     """``text`` cut into pieces: every ``split`` characters, or at the given positions."""
     if not text:
@@ -455,6 +461,10 @@ class _Handler(BaseHTTPRequestHandler):
         if route is not None:
             owner.other_posts.append((self.path, body))
             self._send(_json_reply(200, route(body if isinstance(body, Mapping) else {})))
+            return
+        if self.path.startswith(LOCAL_SERVER_EXTRAS):  # a generic server has none: 404, as a real one answers
+            owner.other_posts.append((self.path, body))
+            self._send(_json_reply(404, {"detail": "Not Found"}))
             return
         owner._record(RecordedRequest(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
         reply = owner._next_reply(self.path, body if isinstance(body, Mapping) else {})

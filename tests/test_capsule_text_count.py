@@ -30,20 +30,23 @@ from soba_notebook.tokens import TokenCounter
 
 LONG = "The parser reads tokens from the lexer and builds a tree of nodes; each keeps its source span. " * 80
 BOS = 1
+WORD_TOKENS = 3
+SUMMARY = ('{"goal": "keep the parser\'s source spans", "done": ["read the lexer notes"], '
+           '"nextSteps": ["write the tree builder"]}')
 
 
 def _words_doubled(body: Mapping[str, Any]) -> dict[str, Any]:
-    """A tokenizer unlike the local one: two tokens per word, plus the BOS llama-cpp-python adds."""
-    return {"count": BOS + 2 * len(str(body.get("input", "")).split())}
+    """A tokenizer unlike the local one: three tokens per word, plus the BOS llama-cpp-python adds."""
+    return {"count": BOS + WORD_TOKENS * len(str(body.get("input", "")).split())}
 
 
-def _compacted(tmp_path: Path, server: FakeServer,
-               count_route: Callable[[Mapping[str, Any]], Any] | None) -> tuple[Agent, CompactionOutcome, int]:
-    """Two long turns, then ``%compact``, on a llama-cpp-python-like server whose
-    ``/extras/tokenize/count`` is ``count_route``; the agent, the outcome and the budget after it."""
+def _compacted(tmp_path: Path, server: FakeServer, count_route: Callable[[Mapping[str, Any]], Any] | None,
+               summary: str = SUMMARY) -> tuple[Agent, CompactionOutcome, int]:
+    """Two long turns, then ``%compact`` (the model answering ``summary``), on a llama-cpp-python-like
+    server whose ``/extras/tokenize/count`` is ``count_route``; the agent, the outcome and the budget after it."""
     if count_route is not None:
         server.post_routes["/extras/tokenize/count"] = count_route
-    server.handler = lambda path, body: ({"text": "not a capsule"} if is_summary_request(body)
+    server.handler = lambda path, body: ({"text": summary} if is_summary_request(body)
                                          else {"text": "ok", "usage": {"prompt_tokens": 3000, "completion_tokens": 1}})
     agent, _, _ = make_agent(tmp_path, "openai", server.openai_base_url,
                              compaction={"auto": False, "keepRecentTokens": 60})
@@ -72,14 +75,13 @@ def test_a_new_capsules_after_figure_carries_the_servers_count_of_its_text(
     text = _capsule_text(agent)
     asked = [body["input"] for path, body in fake_server.other_posts if path == "/extras/tokenize/count"]
     assert asked == [text, ""], "the capsule's text exactly as it is sent, then the empty text for the BOS"
-    exact = 2 * len(text.split())
+    exact = WORD_TOKENS * len(text.split())
     local = agent.counter.calibrated(agent.counter.count_text(text))
     assert exact - local > 50, "the fake tokenizer must differ from the local one for this to prove anything"
 
     # the same session with no count: everything but the capsule sizes the same, the capsule locally
     plain = FakeServer().start()
     try:
-        plain.post_routes["/extras/tokenize/count"] = lambda body: {"detail": "Not Found"}
         other, estimated, _ = _compacted(tmp_path / "two", plain, None)
     finally:
         plain.stop()
@@ -89,10 +91,18 @@ def test_a_new_capsules_after_figure_carries_the_servers_count_of_its_text(
     assert budget == outcome.tokens_after, "the budget of the new context counts the capsule the same way"
 
 
+def test_a_fallback_capsule_is_not_counted_while_the_server_may_still_be_busy_with_the_abandoned_summary(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    agent, outcome, budget = _compacted(tmp_path, fake_server, _words_doubled, summary="not a capsule")
+    assert outcome.quality == "degraded", outcome
+    assert [p for p, _ in fake_server.other_posts if p == "/extras/tokenize/count"] == []
+    assert "textTokens" not in agent.engine.inputs.capsule.data
+    assert budget == outcome.tokens_after
+
+
 def test_a_server_that_does_not_count_text_is_asked_once_and_the_estimate_stands(
         tmp_path: Path, fake_server: FakeServer) -> None:
-    fake_server.post_routes["/extras/tokenize/count"] = lambda body: {"detail": "Not Found"}
-    agent, outcome, budget = _compacted(tmp_path, fake_server, None)
+    agent, outcome, budget = _compacted(tmp_path, fake_server, None)  # the fake answers 404, like most servers
     provider = agent.provider.inner
     assert isinstance(provider, OpenAIChatProvider)
     assert provider.quirks.counts_text is False
@@ -140,7 +150,7 @@ def test_the_servers_count_is_kept_with_the_capsule_so_a_reopened_session_sizes_
     agent, _, _ = _compacted(tmp_path, fake_server, _words_doubled)
     text = _capsule_text(agent)
     entry = agent.engine.inputs.capsule
-    assert entry is not None and entry.data["textTokens"] == 2 * len(text.split())
+    assert entry is not None and entry.data["textTokens"] == WORD_TOKENS * len(text.split())
     # a fresh process: a new store on the file, a fresh counter (no calibration), no server at all
     counter = TokenCounter("gpt-4o-mini")
     engine = CompactionEngine(SessionStore.open(agent.store.file), agent.config, counter)

@@ -182,9 +182,8 @@ class CompactionEngine:
         return self.intents.record(trigger, self.config.compaction, note)
 
     def soft_ready(self, check: BudgetCheck | None = None) -> bool:
-        """Whether a soft compaction now could get past the pre-generation checks: the ROI gate,
-        enough growth since a soft capsule last missed (or was predicted to miss) the ROI, and a
-        safe cut before the retained window."""
+        """Whether a soft compaction now could get past the pre-generation checks: the ROI gate, enough growth
+        since a soft capsule last missed (or was predicted to miss) the ROI, and a safe cut before the tail."""
         check = check or self.measure()
         if not pre_generation_roi(check.effective, self.config.compaction).passed or self._waiting_for_growth(check):
             return False
@@ -339,7 +338,8 @@ class CompactionEngine:
                 return skipped
             self._requesting(plan)
             capsule, quality, note, ungrounded = await self._generate(plan, cancel, progress, local=local)
-            await self.text_counts.learn(self._capsule_text(capsule, quality, checkpoint_id))
+            if quality != "degraded":  # a fallback's server may still be busy with the abandoned summary
+                await self.text_counts.learn(self._capsule_text(capsule, quality, checkpoint_id))
             if cancel.cancelled:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
             progress("measure", 85)

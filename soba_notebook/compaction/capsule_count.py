@@ -11,7 +11,9 @@ is kept with the capsule entry (``textTokens``), so every later measure of that 
 "after" figure, the budget of the context that starts with it, a reopened session's) carries the
 server's count.
 
-A count is bounded by :data:`TEXT_COUNT_TIMEOUT` and is an extra: a failed or slow one keeps the
+Only a model's capsule is counted: after a fallback (``degraded``: the summary timed out, failed
+or was cancelled) llama-cpp-python may still be generating the abandoned summary, and a count would
+wait behind it. A count is bounded by :data:`TEXT_COUNT_TIMEOUT` and is an extra: a failed or slow one keeps the
 estimate. Replays (no provider) never count, so their figures stay a pure function of the session.
 """
 
