@@ -1,0 +1,72 @@
+"""fit_capsule: a capsule over its reserve loses its oldest history items, never its working state,
+and says how many it lost (compaction/capsule_fit.py)."""
+
+from __future__ import annotations
+
+from compaction_support import COUNTER
+from test_capsule_reserve import CONSTRAINTS, GOAL, rolled_capsule
+
+from soba_notebook.compaction.capsule import Capsule, Decision, Verification, render, roll
+from soba_notebook.compaction.capsule_fit import TRIMMED, capsule_reserve, fit_capsule, trimmed_counts
+
+
+def tokens(capsule: Capsule) -> int:
+    return COUNTER.count_message({"role": "user", "content": render(capsule, checkpoint_id="ck_0123456789")})
+
+
+def test_a_capsule_within_its_budget_is_returned_unchanged() -> None:
+    capsule = rolled_capsule(20)
+    assert fit_capsule(capsule, tokens(capsule), tokens) is capsule
+
+
+def test_the_reserve_is_a_quarter_of_the_hard_limit_and_at_most_8000_tokens() -> None:
+    assert capsule_reserve(14_000) == 3_500 and capsule_reserve(48_808) == 8_000
+
+
+def test_only_the_oldest_history_items_go_and_the_note_counts_them() -> None:
+    capsule = rolled_capsule(300)
+    fitted = fit_capsule(capsule, 3_500, tokens)
+    assert tokens(fitted) <= 3_500 < tokens(capsule)
+    counts = trimmed_counts(fitted)
+    for attr in TRIMMED:
+        before, after = getattr(capsule, attr), getattr(fitted, attr)
+        after = after[1:] if attr == "done" else after  # the note is the first completed item
+        dropped = len(before) - len(after)
+        assert after == before[dropped:], f"{attr}: not its newest items"  # the oldest went, in order
+        assert counts.get(attr, 0) == dropped, attr
+    assert fitted.done[0].startswith("(Trimmed to fit the capsule's reserve: ")
+    assert f"{counts['done']:,} of Completed work" in fitted.done[0]
+    for attr in ("goal", "constraints", "active", "pending", "blockers", "next_steps", "files_modified",
+                 "active_skills", "covers", "rolled_from"):
+        assert getattr(fitted, attr) == getattr(capsule, attr), attr
+
+
+def test_a_budget_nothing_fits_keeps_the_working_state_and_the_newest_items_of_each_list() -> None:
+    capsule = rolled_capsule(300)
+    fitted = fit_capsule(capsule, 10, tokens)
+    assert fitted.goal == GOAL and fitted.constraints == CONSTRAINTS
+    assert fitted.files_modified == capsule.files_modified and fitted.next_steps == capsule.next_steps
+    assert fitted.verification == capsule.verification[-TRIMMED["verification"]:]  # the latest results
+    assert fitted.done[1:] == capsule.done[-TRIMMED["done"]:] and fitted.decisions == capsule.decisions[-3:]
+    assert fitted.files_read == () and fitted.artifacts == ()
+    assert fit_capsule(fitted, 10, tokens) == fitted  # nothing more to trim: the same state, counts unchanged
+
+
+def test_the_counts_carry_forward_through_rolls_and_later_fits() -> None:
+    first = fit_capsule(rolled_capsule(300), 3_500, tokens)
+    newer = Capsule(done=tuple(f"Later step {i}: refined the evaluator's errors for case {i}" for i in range(40)),
+                    decisions=(Decision("keep errors short", "users read them in a terminal"),),
+                    files_read=tuple(f"calc_demo/calc/later/module_{i}.py" for i in range(40)),
+                    verification=(Verification("python -m unittest", "passed"),))
+    second = fit_capsule(roll(first, newer, previous_checkpoint="ck_later"), 3_500, tokens)
+    assert tokens(second) <= 3_500
+    assert sum("(Trimmed to fit" in d for d in second.done) == 1  # one note, not one per fit
+    before, after = trimmed_counts(first), trimmed_counts(second)
+    assert all(after[attr] >= n for attr, n in before.items()), (before, after)  # earlier trims still counted
+    assert sum(after.values()) > sum(before.values())
+    assert second.done[-1] == "Later step 39: refined the evaluator's errors for case 39"
+
+
+def test_a_rolled_capsule_keeps_only_its_last_eight_checkpoint_ids() -> None:
+    capsule = rolled_capsule(300)
+    assert capsule.rolled_from == tuple(f"ck_{i:010x}" for i in range(292, 300))
