@@ -70,3 +70,18 @@ def test_the_counts_carry_forward_through_rolls_and_later_fits() -> None:
 def test_a_rolled_capsule_keeps_only_its_last_eight_checkpoint_ids() -> None:
     capsule = rolled_capsule(300)
     assert capsule.rolled_from == tuple(f"ck_{i:010x}" for i in range(292, 300))
+
+
+def test_of_the_constraints_only_older_merged_items_go_and_every_correction_as_given_stays() -> None:
+    # a model's capsule rolled over the extractor's kept one merged item per roll (the soak: most of the capsule)
+    corrections = tuple(f"User: Turn {i}: keep the output format stable" for i in range(30))
+    merged = tuple(f"[{n} earlier constraints merged to bound the capsule] " + "; ".join(corrections[:n]) * 3
+                   for n in range(5, 30, 5))
+    capsule = Capsule(goal=GOAL, constraints=tuple(x for pair in zip(corrections, merged, strict=False)
+                                                   for x in pair) + corrections[len(merged):])
+    fitted = fit_capsule(capsule, 1_500, tokens)
+    assert tokens(capsule) > 1_500 >= tokens(fitted)
+    assert set(corrections) <= set(fitted.constraints)
+    assert [c for c in fitted.constraints if c.startswith("[")] == [merged[-1]]  # the newest merged item stays
+    assert trimmed_counts(fitted) == {"constraints": len(merged) - 1}
+    assert f"{len(merged) - 1:,} of Constraints" in fitted.done[0]

@@ -13,8 +13,11 @@ beside it, and the hard-limit shrink summarized the turn's own prompt away (docs
 * only the accumulating *history* lists are trimmed (:data:`TRIMMED`: completed work, decisions,
   files read, artifacts, verification), each from its oldest item, the list holding the most text
   first, each down to a floor of its newest items;
-* never the goal, the constraints (the user's corrections), active and pending work, blockers,
-  next steps, files modified, active skills, or the latest verification results;
+* never the goal, a constraint (the user's corrections) as the user gave it, active and pending
+  work, blockers, next steps, files modified, active skills, or the latest verification results.
+  Of the constraints only the older *merged* items go (``[N earlier constraints merged to bound the
+  capsule] …``, the extractor's lossy bookkeeping, already clipped): a model's capsule rolled over
+  the extractor's kept one of them per roll, and in the soak they made most of the capsule;
 * a note, the first item of completed work, says how many items of which list were trimmed in
   all (counts carried forward from the previous capsule's note): the transcript keeps every one of
   them and the recall tool reads them, so nothing is lost silently.
@@ -33,6 +36,7 @@ from typing import Any
 
 from ..session.capsule_schema import CAPSULE_FIELDS, Capsule
 from ..tokens import REPLY_PRIMING
+from .extract import MERGED_ITEM
 
 __all__ = ["MAX_RESERVE", "TRIMMED", "capsule_reserve", "fit_capsule", "tail_room", "trimmed_counts"]
 
@@ -78,7 +82,7 @@ def trimmed_counts(capsule: Capsule) -> dict[str, int]:
 
 
 def _note(counts: dict[str, int]) -> str:
-    parts = [f"{counts[attr]:,} of {_TITLES[attr]}" for attr in TRIMMED if counts.get(attr)]
+    parts = [f"{counts[attr]:,} of {_TITLES[attr]}" for attr in (*TRIMMED, "constraints") if counts.get(attr)]
     return _NOTE.format(counts=", ".join(parts))
 
 
@@ -99,19 +103,36 @@ def _size(item: Any) -> int:
     return sum(len(str(v)) for v in item.to_json().values()) + 16
 
 
+def _next(attr: str, items: list[Any]) -> int | None:
+    """The position of the item ``attr`` loses next, or ``None`` when it keeps all it has left: the
+    oldest item above the list's floor; in constraints, only a merged item that a newer one follows."""
+    if attr != "constraints":
+        return 0 if len(items) > TRIMMED[attr] else None
+    merged = [i for i, item in enumerate(items) if MERGED_ITEM.match(item)]
+    return merged[0] if len(merged) > 1 else None
+
+
+def _room(attr: str, items: list[Any]) -> int:
+    """Characters ``attr`` can still lose."""
+    if attr != "constraints":
+        return sum(_size(i) for i in items[:max(0, len(items) - TRIMMED[attr])])
+    return sum(_size(i) for i in items if MERGED_ITEM.match(i)) - max(
+        (_size(i) for i in items if MERGED_ITEM.match(i)), default=0)
+
+
 def fit_capsule(capsule: Capsule, budget: int, count: Callable[[Capsule], int]) -> Capsule:
     """``capsule`` when ``count(capsule) <= budget``; else the capsule with the oldest items of the
-    :data:`TRIMMED` lists dropped until it fits (or every list is at its floor) and the trim note
-    first in completed work. Deterministic: the same capsule and budget give the same result."""
+    :data:`TRIMMED` lists (and the older merged items of its constraints) dropped until it fits, or
+    nothing more may go, and the trim note first in completed work. Deterministic: the same capsule
+    and budget give the same result."""
     tokens = count(capsule)
     if tokens <= budget:
         return capsule
     counts = trimmed_counts(capsule)
-    lists: dict[str, list[Any]] = {attr: list(getattr(capsule, attr)) for attr in TRIMMED}
+    lists: dict[str, list[Any]] = {attr: list(getattr(capsule, attr)) for attr in (*TRIMMED, "constraints")}
     lists["done"] = list(_without_note(capsule.done))
-    # characters each list can still lose (its items above the floor): kept as items are dropped
-    room = {attr: sum(_size(i) for i in items[:max(0, len(items) - TRIMMED[attr])]) for attr, items in lists.items()}
-    order = list(TRIMMED)
+    room = {attr: _room(attr, items) for attr, items in lists.items()}  # kept as items are dropped
+    order = list(lists)
     fitted = capsule
     while tokens > budget:
         chars = sum(_size(i) for items in lists.values() for i in items) + len(capsule.goal)
@@ -120,16 +141,16 @@ def fit_capsule(capsule: Capsule, budget: int, count: Callable[[Capsule], int]) 
         want = max(1, (tokens - budget) * chars // max(1, tokens))
         dropped = 0
         while dropped < want:
-            open_lists = [attr for attr in order if len(lists[attr]) > TRIMMED[attr]]
-            if not open_lists:
+            candidates = {attr: at for attr in order if (at := _next(attr, lists[attr])) is not None}
+            if not candidates:
                 break
-            attr = max(open_lists, key=lambda a: (room[a], -order.index(a)))  # the most text; ties in order
-            size = _size(lists[attr].pop(0))
+            attr = max(candidates, key=lambda a: (room[a], -order.index(a)))  # the most text; ties in order
+            size = _size(lists[attr].pop(candidates[attr]))
             room[attr] -= size
             dropped += size
             counts[attr] = counts.get(attr, 0) + 1
         if not dropped:
-            break  # every list at its floor: the smallest capsule this can make
+            break  # nothing more may go: the smallest capsule this can make
         kept: dict[str, Any] = {attr: tuple(items) for attr, items in lists.items()}
         kept["done"] = (_note(counts), *kept["done"])
         fitted = replace(capsule, **kept)
