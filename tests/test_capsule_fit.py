@@ -3,11 +3,19 @@ and says how many it lost (compaction/capsule_fit.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from compaction_support import COUNTER
 from test_capsule_reserve import CONSTRAINTS, GOAL, rolled_capsule
 
 from soba_notebook.compaction.capsule import Capsule, Decision, Verification, render, roll
-from soba_notebook.compaction.capsule_fit import TRIMMED, capsule_reserve, fit_capsule, trimmed_counts
+from soba_notebook.compaction.capsule_fit import (
+    KEPT_CONSTRAINTS,
+    TRIMMED,
+    capsule_reserve,
+    fit_capsule,
+    trimmed_counts,
+)
 
 
 def tokens(capsule: Capsule) -> int:
@@ -85,3 +93,15 @@ def test_of_the_constraints_only_older_merged_items_go_and_every_correction_as_g
     assert [c for c in fitted.constraints if c.startswith("[")] == [merged[-1]]  # the newest merged item stays
     assert trimmed_counts(fitted) == {"constraints": len(merged) - 1}
     assert f"{len(merged) - 1:,} of Constraints" in fitted.done[0]
+
+
+def test_older_corrections_go_only_when_nothing_else_may_and_the_newest_twelve_always_stay() -> None:
+    # the extractor takes every later user message for a correction: a long session's model path holds hundreds
+    corrections = tuple(f"User: Turn {i}: carry on with the project." for i in range(400))
+    capsule = replace(rolled_capsule(300), constraints=corrections)
+    roomy = fit_capsule(capsule, 6_500, tokens)  # the history's items make room: no correction goes
+    assert roomy.constraints == corrections and tokens(roomy) <= 6_500
+    tight = fit_capsule(capsule, 10, tokens)  # nothing fits: every list at its floor
+    assert tight.constraints == corrections[-KEPT_CONSTRAINTS:]
+    assert tight.files_read == () and tight.artifacts == () and len(tight.decisions) == TRIMMED["decisions"]
+    assert trimmed_counts(tight)["constraints"] == 400 - KEPT_CONSTRAINTS

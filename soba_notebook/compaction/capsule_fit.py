@@ -13,11 +13,14 @@ beside it, and the hard-limit shrink summarized the turn's own prompt away (docs
 * only the accumulating *history* lists are trimmed (:data:`TRIMMED`: completed work, decisions,
   files read, artifacts, verification), each from its oldest item, the list holding the most text
   first, each down to a floor of its newest items;
-* never the goal, a constraint (the user's corrections) as the user gave it, active and pending
-  work, blockers, next steps, files modified, active skills, or the latest verification results.
-  Of the constraints only the older *merged* items go (``[N earlier constraints merged to bound the
-  capsule] …``, the extractor's lossy bookkeeping, already clipped): a model's capsule rolled over
-  the extractor's kept one of them per roll, and in the soak they made most of the capsule;
+* never the goal, active and pending work, blockers, next steps, files modified, active skills,
+  the latest verification results, or the newest :data:`KEPT_CONSTRAINTS` constraints (the user's
+  corrections). Of the constraints, the older *merged* items go with the history (``[N earlier
+  constraints merged to bound the capsule] …``, the extractor's clipped bookkeeping: a model's
+  capsule rolled over the extractor's kept one per roll, and in the soak they made most of the
+  capsule); older corrections go only as the last resort, when nothing else may. The extractor
+  takes every later user message for a correction, so on the model path (which, unlike the
+  deterministic capsule, does not bound them) the soak's capsule held one per turn, 400 by turn 400;
 * a note, the first item of completed work, says how many items of which list were trimmed in
   all (counts carried forward from the previous capsule's note): the transcript keeps every one of
   them and the recall tool reads them, so nothing is lost silently.
@@ -36,15 +39,19 @@ from typing import Any
 
 from ..session.capsule_schema import CAPSULE_FIELDS, Capsule
 from ..tokens import REPLY_PRIMING
-from .extract import MERGED_ITEM
+from .extract import MAX_ROLLED_CONSTRAINTS, MERGED_ITEM
 
-__all__ = ["MAX_RESERVE", "TRIMMED", "capsule_reserve", "fit_capsule", "tail_room", "trimmed_counts"]
+__all__ = ["KEPT_CONSTRAINTS", "MAX_RESERVE", "TRIMMED", "capsule_reserve", "fit_capsule", "tail_room",
+           "trimmed_counts"]
 
 #: the most tokens the capsule's reserve holds, whatever the hard limit
 MAX_RESERVE = 8_000
 #: the history lists a capsule over its reserve loses items from (oldest first), and how many of
 #: their newest items each keeps
 TRIMMED: dict[str, int] = {"done": 3, "decisions": 3, "files_read": 0, "artifacts": 0, "verification": 5}
+#: the constraints a capsule always keeps as given, newest last (the deterministic capsule's own
+#: bound, ``extract.MAX_ROLLED_CONSTRAINTS``)
+KEPT_CONSTRAINTS = MAX_ROLLED_CONSTRAINTS
 
 _TITLES = {f.attr: f.title for f in CAPSULE_FIELDS}
 _ATTRS = {title: attr for attr, title in _TITLES.items()}
@@ -103,11 +110,14 @@ def _size(item: Any) -> int:
     return sum(len(str(v)) for v in item.to_json().values()) + 16
 
 
-def _next(attr: str, items: list[Any]) -> int | None:
+def _next(attr: str, items: list[Any], last_resort: bool) -> int | None:
     """The position of the item ``attr`` loses next, or ``None`` when it keeps all it has left: the
-    oldest item above the list's floor; in constraints, only a merged item that a newer one follows."""
+    oldest item above the list's floor; in constraints, a merged item that a newer one follows, and
+    as the ``last_resort`` (nothing else may go) the oldest one beyond the newest :data:`KEPT_CONSTRAINTS`."""
     if attr != "constraints":
-        return 0 if len(items) > TRIMMED[attr] else None
+        return 0 if len(items) > TRIMMED[attr] and not last_resort else None
+    if last_resort:
+        return 0 if len(items) > KEPT_CONSTRAINTS else None
     merged = [i for i, item in enumerate(items) if MERGED_ITEM.match(item)]
     return merged[0] if len(merged) > 1 else None
 
@@ -141,7 +151,9 @@ def fit_capsule(capsule: Capsule, budget: int, count: Callable[[Capsule], int]) 
         want = max(1, (tokens - budget) * chars // max(1, tokens))
         dropped = 0
         while dropped < want:
-            candidates = {attr: at for attr in order if (at := _next(attr, lists[attr])) is not None}
+            candidates = {attr: at for attr in order if (at := _next(attr, lists[attr], False)) is not None}
+            if not candidates and (at := _next("constraints", lists["constraints"], True)) is not None:
+                candidates = {"constraints": at}
             if not candidates:
                 break
             attr = max(candidates, key=lambda a: (room[a], -order.index(a)))  # the most text; ties in order
