@@ -42,7 +42,7 @@ def test_only_the_oldest_history_items_go_and_the_note_counts_them() -> None:
         dropped = len(before) - len(after)
         assert after == before[dropped:], f"{attr}: not its newest items"  # the oldest went, in order
         assert counts.get(attr, 0) == dropped, attr
-    assert fitted.done[0].startswith("(Trimmed to fit the capsule's reserve: ")
+    assert fitted.done[0].startswith("(Older items were trimmed to fit the capsule's reserve, the latest time ")
     assert f"{counts['done']:,} of Completed work" in fitted.done[0]
     for attr in ("goal", "constraints", "active", "pending", "blockers", "next_steps", "files_modified",
                  "active_skills", "covers", "rolled_from"):
@@ -60,18 +60,20 @@ def test_a_budget_nothing_fits_keeps_the_working_state_and_the_newest_items_of_e
     assert fit_capsule(fitted, 10, tokens) == fitted  # nothing more to trim: the same state, counts unchanged
 
 
-def test_the_counts_carry_forward_through_rolls_and_later_fits() -> None:
+def test_a_later_trim_replaces_the_note_with_what_it_dropped() -> None:
     first = fit_capsule(rolled_capsule(300), 3_500, tokens)
     newer = Capsule(done=tuple(f"Later step {i}: refined the evaluator's errors for case {i}" for i in range(40)),
                     decisions=(Decision("keep errors short", "users read them in a terminal"),),
                     files_read=tuple(f"calc_demo/calc/later/module_{i}.py" for i in range(40)),
                     verification=(Verification("python -m unittest", "passed"),))
-    second = fit_capsule(roll(first, newer, previous_checkpoint="ck_later"), 3_500, tokens)
+    rolled = roll(first, newer, previous_checkpoint="ck_later")
+    second = fit_capsule(rolled, 3_500, tokens)
     assert tokens(second) <= 3_500
-    assert sum("(Trimmed to fit" in d for d in second.done) == 1  # one note, not one per fit
-    before, after = trimmed_counts(first), trimmed_counts(second)
-    assert all(after[attr] >= n for attr, n in before.items()), (before, after)  # earlier trims still counted
-    assert sum(after.values()) > sum(before.values())
+    assert sum("(Older items were trimmed" in d for d in second.done) == 1  # one note, not one per fit
+    assert second.done[0].startswith("(Older items were trimmed")
+    dropped = {attr: len(getattr(rolled, attr)) - len(getattr(second, attr)) for attr in TRIMMED}
+    dropped["done"] = len(rolled.done) - 1 - (len(second.done) - 1)  # each holds one note
+    assert trimmed_counts(second) == {attr: n for attr, n in dropped.items() if n}
     assert second.done[-1] == "Later step 39: refined the evaluator's errors for case 39"
 
 

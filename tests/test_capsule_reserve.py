@@ -83,7 +83,7 @@ def test_a_capsule_rolled_over_300_compactions_renders_within_its_reserve_and_sa
     assert rendered_tokens(entry) <= reserve(engine), (
         f"capsule renders as {rendered_tokens(entry):,} tokens, over its reserve of {reserve(engine):,}")
     # what was trimmed is said inside the capsule, as model input shows it
-    assert new.done[0].startswith("(Trimmed to fit the capsule's reserve: ")
+    assert new.done[0].startswith("(Older items were trimmed to fit the capsule's reserve")
     assert "the transcript keeps every one and the recall tool reads them" in capsule_message(entry)["content"]
     # the oldest history went first; the newest is still there
     assert "Step 0: " not in " ".join(new.done) and any("Step 299: " in d for d in new.done)

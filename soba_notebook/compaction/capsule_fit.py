@@ -21,9 +21,11 @@ beside it, and the hard-limit shrink summarized the turn's own prompt away (docs
   capsule); older corrections go only as the last resort, when nothing else may. The extractor
   takes every later user message for a correction, so on the model path (which, unlike the
   deterministic capsule, does not bound them) the soak's capsule held one per turn, 400 by turn 400;
-* a note, the first item of completed work, says how many items of which list were trimmed in
-  all (counts carried forward from the previous capsule's note): the transcript keeps every one of
-  them and the recall tool reads them, so nothing is lost silently.
+* a note, the first item of completed work, says that older items were trimmed and how many of
+  which list the latest trim dropped (one note: an earlier one is replaced; the counts are not
+  summed across compactions, since an item dropped once, a file read again, can come back and be
+  dropped again): the transcript keeps every one of them and the recall tool reads them, so
+  nothing is lost silently.
 
 When even the floors do not fit, the smallest capsule it can make is returned (the engine's hard
 limit then decides, as before). Pure: the caller passes the counting function (the rendered
@@ -55,10 +57,10 @@ KEPT_CONSTRAINTS = MAX_ROLLED_CONSTRAINTS
 
 _TITLES = {f.attr: f.title for f in CAPSULE_FIELDS}
 _ATTRS = {title: attr for attr, title in _TITLES.items()}
-_NOTE = ("(Trimmed to fit the capsule's reserve: {counts} older items; the transcript keeps every one and the "
-         "recall tool reads them.)")
-_NOTE_AT = re.compile(r"\(Trimmed to fit the capsule's reserve: (.+?) older items; the transcript keeps every "
-                      r"one and the recall tool reads them\.\)(?:; )?")
+_NOTE = ("(Older items were trimmed to fit the capsule's reserve, the latest time {counts}; the transcript keeps "
+         "every one and the recall tool reads them.)")
+_NOTE_AT = re.compile(r"\(Older items were trimmed to fit the capsule's reserve, the latest time (.+?); the "
+                      r"transcript keeps every one and the recall tool reads them\.\)(?:; )?")
 _COUNT = re.compile(r"^([\d,]+) of (.+)$")
 
 
@@ -75,7 +77,7 @@ def tail_room(hard_limit: int, base_tokens: int) -> int:
 
 
 def trimmed_counts(capsule: Capsule) -> dict[str, int]:
-    """How many items of each list earlier fits trimmed (attribute -> count), read from the note
+    """How many items of each list the latest trim dropped (attribute -> count), read from the note
     in completed work; empty when there is none."""
     counts: dict[str, int] = {}
     for item in capsule.done:
@@ -97,7 +99,7 @@ def _without_note(done: tuple[str, ...]) -> tuple[str, ...]:
     """``done`` with every trim note taken out (a note merged into a longer item leaves the rest)."""
     out = []
     for item in done:
-        rest = _NOTE_AT.sub("", item).strip() if "(Trimmed to fit" in item else item
+        rest = _NOTE_AT.sub("", item).strip() if "(Older items were trimmed" in item else item
         if rest:
             out.append(rest)
     return tuple(out)
@@ -138,7 +140,7 @@ def fit_capsule(capsule: Capsule, budget: int, count: Callable[[Capsule], int]) 
     tokens = count(capsule)
     if tokens <= budget:
         return capsule
-    counts = trimmed_counts(capsule)
+    counts: dict[str, int] = {}
     lists: dict[str, list[Any]] = {attr: list(getattr(capsule, attr)) for attr in (*TRIMMED, "constraints")}
     lists["done"] = list(_without_note(capsule.done))
     room = {attr: _room(attr, items) for attr, items in lists.items()}  # kept as items are dropped
