@@ -40,6 +40,7 @@ from .verification import verification_outcome, verification_status
 
 __all__ = [
     "MAX_FILES",
+    "MERGED_ITEM",
     "ShellEffects",
     "classify_shell_command",
     "deterministic_capsule",
@@ -499,11 +500,12 @@ def _work_summary(scan: _Scan, facts: Capsule) -> Capsule:
     )
 
 
-_MERGED = re.compile(r"^\[(\d+) earlier (.+?) merged to bound the capsule\] (.*)$", re.DOTALL)
+#: the item a bounded list's oldest items are merged into (its count, what, the merged text)
+MERGED_ITEM = re.compile(r"^\[(\d+) earlier (.+?) merged to bound the capsule\] (.*)$", re.DOTALL)
 
 
 def _merged_count(text: str) -> tuple[int, str]:
-    match = _MERGED.match(text)
+    match = MERGED_ITEM.match(text)
     return (int(match.group(1)), match.group(3)) if match else (1, text)
 
 
