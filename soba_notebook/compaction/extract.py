@@ -526,7 +526,12 @@ def _bounded(items: tuple[str, ...], limit: int, what: str) -> tuple[str, ...]:
     if len(items) <= limit:
         return items
     overflow = len(items) - limit + 1
-    parts = [_merged_count(item) for item in items[:overflow]]
+    head = items[:overflow]
+    merged_at = [i for i, item in enumerate(head) if MERGED_ITEM.match(item)]
+    if len(merged_at) > 1:  # a model's copy of an earlier merged item rolled over ours: the largest holds it
+        largest = max(merged_at, key=lambda i: _merged_count(head[i])[0])
+        head = tuple(item for i, item in enumerate(head) if i == largest or i not in merged_at)
+    parts = [_merged_count(item) for item in head]
     body = "; ".join(b for _, b in parts)
     earlier = _ELIDED_AT_START.match(body)
     elided = int(earlier.group(1).replace(",", "")) if earlier else 0
