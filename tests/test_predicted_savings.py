@@ -44,7 +44,8 @@ def _long_tail(store: SessionStore) -> None:
 
 
 def _bloated(request: SummaryRequest) -> Capsule:
-    return Capsule(goal="g", done=tuple(text_of(40, i) for i in range(300)))
+    # pending work is never trimmed to fit the capsule's reserve (compaction/capsule_fit.py): it stays bloated
+    return Capsule(goal="g", pending=tuple(text_of(40, i) for i in range(300)))
 
 
 def test_a_soft_trigger_whose_predicted_savings_miss_the_minimum_requests_no_summary(tmp_path: Path) -> None:

@@ -326,8 +326,8 @@ class CompactionEngine:
         progress = Phase(self.bus, plan.operation_id)
         progress("plan", 5)
         try:
-            local = self._fitted(plan, checkpoint_id)
-            baseline = self._baseline(plan, local, checkpoint_id)
+            raw = deterministic_capsule(list(plan.summarize), plan.previous_capsule, plan.previous_checkpoint_id)
+            local, baseline = self._fitted(plan, checkpoint_id, raw), self._baseline(plan, raw, checkpoint_id)
             if trigger in SOFT and (skipped := self._soft_gate(plan, trigger, check, baseline, started,
                                                                 checkpoint_id)) is not None:
                 return skipped
@@ -381,12 +381,13 @@ class CompactionEngine:
                                 started)
 
     # -- the summary: predicted before, accounted for after --------------------------------
-    def _baseline(self, plan: CompactionPlan, local: Capsule, checkpoint_id: str) -> Capsule:
-        """What the prediction scales: ``local``, grounded, rolled and fitted like a model's answer when a
-        summarizer writes the capsule (so the factor measures the model, not the rolling)."""
+    def _baseline(self, plan: CompactionPlan, raw: Capsule, checkpoint_id: str) -> Capsule:
+        """What the prediction scales: the plan's deterministic capsule (``raw``, not yet fitted) grounded,
+        rolled and fitted like a model's answer when a summarizer writes the capsule (so the factor measures
+        the model, not the rolling or the fit); the fitted deterministic capsule when none does."""
         if self.summarizer is None or self.predictor is None:
-            return local
-        return self._fitted(plan, checkpoint_id, ground_plan_summary(plan, local, local).capsule, "ok")
+            return self._fitted(plan, checkpoint_id, raw)
+        return self._fitted(plan, checkpoint_id, ground_plan_summary(plan, raw, raw).capsule, "ok")
 
     def _soft_gate(self, plan: CompactionPlan, trigger: Trigger, check: BudgetCheck, baseline: Capsule,
                    started: float, checkpoint_id: str) -> CompactionOutcome | None:
