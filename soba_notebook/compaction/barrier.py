@@ -327,20 +327,20 @@ class CompactionEngine:
         progress("plan", 5)
         try:
             raw = deterministic_capsule(list(plan.summarize), plan.previous_capsule, plan.previous_checkpoint_id)
-            local, baseline = self._fitted(plan, checkpoint_id, raw), self._baseline(plan, raw, checkpoint_id)
-            if trigger in SOFT and (skipped := self._soft_gate(plan, trigger, check, baseline, started,
+            local, baseline = self._fitted(plan, checkpoint_id, raw), self._baseline(plan, raw)
+            if trigger in SOFT and (skipped := self._soft_gate(plan, trigger, check, baseline or local, started,
                                                                 checkpoint_id)) is not None:
                 return skipped
             self._requesting(plan)
-            capsule, quality, note, ungrounded = await self._generate(plan, cancel, progress, local=local)
-            capsule = self._fitted(plan, checkpoint_id, capsule, quality)
+            generated, quality, note, ungrounded = await self._generate(plan, cancel, progress, local=local)
+            capsule = self._fitted(plan, checkpoint_id, generated, quality)
             if quality != "degraded":  # a fallback's server may still be busy with the abandoned summary
                 await self.text_counts.learn(self._capsule_text(capsule, quality, checkpoint_id))
             if cancel.cancelled:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
             progress("measure", 85)
             after = self._measure_after(plan, capsule, quality, checkpoint_id)
-            self._observe(plan, baseline, capsule, quality, after)
+            self._observe(plan, baseline, (generated, capsule), quality, after)
             if trigger not in EXEMPT_FROM_SOFT_ROI:
                 missed = self._missed_soft_roi(plan, check, after)
                 if missed is not None:
@@ -381,26 +381,26 @@ class CompactionEngine:
                                 started)
 
     # -- the summary: predicted before, accounted for after --------------------------------
-    def _baseline(self, plan: CompactionPlan, raw: Capsule, checkpoint_id: str) -> Capsule:
-        """What the prediction scales: the plan's deterministic capsule (``raw``, not yet fitted) grounded,
-        rolled and fitted like a model's answer when a summarizer writes the capsule (so the factor measures
-        the model, not the rolling or the fit); the fitted deterministic capsule when none does."""
-        if self.summarizer is None or self.predictor is None:
-            return self._fitted(plan, checkpoint_id, raw)
-        return self._fitted(plan, checkpoint_id, ground_plan_summary(plan, raw, raw).capsule, "ok")
+    def _baseline(self, plan: CompactionPlan, raw: Capsule) -> Capsule | None:
+        """What the prediction scales when a model writes the capsule: the plan's deterministic one (``raw``)
+        grounded and rolled like a model's answer, not fitted (the factor measures the model); else ``None``."""
+        model = self.summarizer is not None and self.predictor is not None
+        return ground_plan_summary(plan, raw, raw).capsule if model else None
 
     def _soft_gate(self, plan: CompactionPlan, trigger: Trigger, check: BudgetCheck, baseline: Capsule,
                    started: float, checkpoint_id: str) -> CompactionOutcome | None:
         """The skip before any summary is requested, or ``None``: the seed's pre-generation estimate
-        exactly as written, then the stricter prediction of :mod:`.predict` (``baseline``'s cost
-        scaled by the model factor must pass the post-generation gate; a miss waits like a measured one)."""
+        exactly as written, then the stricter prediction of :mod:`.predict` (``baseline``'s cost, scaled by the
+        model factor and fitted, must pass the post-generation gate; a miss waits like a measured one)."""
         config = self.config.compaction
         roi = pre_generation_roi(plan.tokens_before, config)
         if roi.passed and self.predictor is not None:
             model = self.summarizer is not None
             cost = self._rendered_tokens(baseline, "ok" if model else "degraded", checkpoint_id)
-            predicted = self.tracker.sized(self.base_tokens + self.predictor.capsule_tokens(cost, model=model)
-                                                + self._tail_tokens(plan) + REPLY_PRIMING)
+            if model:  # scaled before the fit, then fitted: :meth:`.SavingsPredictor.fitted_capsule_tokens`
+                fitted = self._rendered_tokens(self._fitted(plan, checkpoint_id, baseline, "ok"), "ok", checkpoint_id)
+                cost = self.predictor.fitted_capsule_tokens(cost, fitted, capsule_reserve(plan.hard_limit))
+            predicted = self.tracker.sized(self.base_tokens + cost + self._tail_tokens(plan) + REPLY_PRIMING)
             self._attempts[plan.operation_id] = SummaryAttempt(predicted_after=predicted,
                                                                factor=self.predictor.factor if model else 1.0)
             roi = predicted_roi(plan.tokens_before, predicted, config)
@@ -420,16 +420,15 @@ class CompactionEngine:
                                                     generated=True,
                                                     input_tokens=summary_input_tokens(request, self.counter))
 
-    def _observe(self, plan: CompactionPlan, baseline: Capsule, capsule: Capsule, quality: Quality,
-                 after: int) -> None:
-        """Record the measured continuation; teach the predictor how a model's capsule compares with
-        the ``baseline`` of the same plan (only the local fallback is ``degraded``)."""
+    def _observe(self, plan: CompactionPlan, baseline: Capsule | None, made: tuple[Capsule, Capsule],
+                 quality: Quality, after: int) -> None:
+        """Record the measured continuation; teach the predictor how a model's capsule as generated (the first
+        of ``made``, fitted: the second) compares with the plan's ``baseline``, both before the fit."""
         attempt = replace(self._attempts.get(plan.operation_id, SummaryAttempt()), measured_after=after)
-        if attempt.generated and quality != "degraded":
-            model_cost = self._rendered_tokens(capsule, quality)
-            if self.predictor is not None:
-                self.predictor.observe(model_cost, self._rendered_tokens(baseline, "ok"))
-            attempt = replace(attempt, output_tokens=self.counter.count_text(json.dumps(capsule.to_json())))
+        if attempt.generated and quality != "degraded":  # only the local fallback is degraded
+            if self.predictor is not None and baseline is not None:
+                self.predictor.observe(self._rendered_tokens(made[0], quality), self._rendered_tokens(baseline, "ok"))
+            attempt = replace(attempt, output_tokens=self.counter.count_text(json.dumps(made[1].to_json())))
         self._attempts[plan.operation_id] = attempt
 
     def _missed_soft_roi(self, plan: CompactionPlan, check: BudgetCheck, after: int) -> str | None:
