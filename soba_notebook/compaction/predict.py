@@ -81,7 +81,8 @@ class SavingsPredictor:
     def fitted_capsule_tokens(self, baseline_tokens: int, fitted_tokens: int, reserve: int) -> int:
         """The predicted cost of a model's capsule after the fit (:mod:`.capsule_fit`): the baseline
         as grounded, *before* the fit (``baseline_tokens``), scaled; at most the ``reserve`` the fit
-        trims to, unless the baseline's own fit left more (``fitted_tokens``, its floors: scaled).
+        trims to, unless the baseline after its own fit (``fitted_tokens``), scaled, is more (the model's
+        extra text may be in what the fit never trims: pending work, the newest items).
 
         Not the fitted baseline scaled: the fit drops whole items, the largest list's first, so two
         capsules a few tokens apart can come out hundreds apart (the pi replay: 4,638 and 4,641 tokens
