@@ -116,7 +116,8 @@ def test_overflow_recovery_whose_model_capsule_would_not_shrink_the_request_aims
     the smaller local one, and the one retry is smaller than the rejected request."""
     agent, provider, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url,
                                     compaction={"keepRecentTokens": 200, "timeoutMs": 5000})
-    bloated = json.dumps({"goal": "g", "done": [f"step {i}: " + "detail " * 30 for i in range(40)]})
+    # pending work: working state, which fitting a capsule to its reserve never trims (capsule_fit.py)
+    bloated = json.dumps({"goal": "g", "pending": [f"step {i}: " + "detail " * 30 for i in range(40)]})
     _history_then_overflow(fake_server, bloated)
     asyncio.run(agent.run_turn("write files"))
     fake_server.openai.enqueue_overflow()

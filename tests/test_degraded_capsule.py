@@ -79,15 +79,15 @@ def test_copies_of_a_merged_item_are_counted_once_so_the_count_never_doubles_per
     # a model's capsule copies the extractor's merged item, and rolling it over the extractor's own
     # kept one put two copies of the same older items into one list: their counts were summed, so
     # a soak's capsule said "162766609868284718931985 earlier constraints merged"
-    from soba_notebook.compaction.extract import _MERGED, _bounded
+    from soba_notebook.compaction.extract import MERGED_ITEM, _bounded
 
     items = tuple(f"correction {i}: keep the public API stable" for i in range(30))
     bounded = _bounded(items, 12, "constraints")
-    assert _MERGED.match(bounded[0]) and bounded[0].startswith("[19 earlier constraints")
+    assert MERGED_ITEM.match(bounded[0]) and bounded[0].startswith("[19 earlier constraints")
     rolled = bounded
     for n in range(40):  # each roll: the previous list, a model's copy of its merged item, one new item
         rolled = _bounded((rolled[0], *rolled, f"new correction {n}"), 12, "constraints")
-    head = _MERGED.match(rolled[0])
+    head = MERGED_ITEM.match(rolled[0])
     assert head is not None
     # 30 distinct corrections and 40 new ones, 11 of them kept as they are
     assert int(head.group(1)) <= 30 + 40 - 11, rolled[0][:80]

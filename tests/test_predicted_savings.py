@@ -44,7 +44,8 @@ def _long_tail(store: SessionStore) -> None:
 
 
 def _bloated(request: SummaryRequest) -> Capsule:
-    return Capsule(goal="g", done=tuple(text_of(40, i) for i in range(300)))
+    # pending work is never trimmed to fit the capsule's reserve (compaction/capsule_fit.py): it stays bloated
+    return Capsule(goal="g", pending=tuple(text_of(40, i) for i in range(300)))
 
 
 def test_a_soft_trigger_whose_predicted_savings_miss_the_minimum_requests_no_summary(tmp_path: Path) -> None:
@@ -139,6 +140,18 @@ def test_the_factor_is_the_default_until_a_model_capsule_then_the_largest_recent
     predictor.observe(1000, 0)  # nothing to compare with: ignored
     assert predictor.observed == (1.1, 1.0, 1.0)
     assert predictor.capsule_tokens(333, model=True) == math.ceil(333 * 1.1)
+
+
+def test_a_model_capsule_is_predicted_scaled_before_the_fit_and_capped_at_the_reserve_the_fit_trims_to() -> None:
+    predictor = SavingsPredictor(default=1.0)
+    # the pi replay: a baseline of 4,638 tokens fitted to 3,963 under a 4,250 reserve, where the model's
+    # capsule (3 tokens more before the fit) was fitted to 4,236: the fit drops whole items, the largest list's
+    assert predictor.fitted_capsule_tokens(4638, 3963, 4250) == 4250, "not the fitted baseline, 3,963"
+    assert predictor.fitted_capsule_tokens(3000, 3000, 4250) == 3000, "under the reserve nothing is trimmed"
+    predictor.observe(1500, 1000)
+    assert predictor.fitted_capsule_tokens(2000, 2000, 4250) == 3000
+    assert predictor.fitted_capsule_tokens(6000, 2000, 4250) == 4250, "scaled over the reserve: fitted to it"
+    assert predictor.fitted_capsule_tokens(6000, 5000, 4250) == 7500, "what the fit cannot trim, scaled"
 
 
 def test_views_flight_records_show_the_time_and_tokens_of_a_thrown_away_summary(tmp_path: Path) -> None:

@@ -11,10 +11,10 @@ tracker) and runs each compaction to exactly one terminal outcome: ``completed``
    answer, its cost scaled by the learned model factor) must pass the post-generation gate, or no summary is requested;
 4. generate the capsule with the summarizer under ``timeoutMs``; on timeout (or a failing
    summarizer) fall back at once to the deterministic capsule, ``quality: degraded``;
-5. ground the summary in the history (:func:`~.grounding.ground`: files, checks and skills are
-   the deterministic facts, unsupported claims dropped and counted; a goal or next steps that
-   are template text make it ``quality: partial``); measure the exact continuation; soft
-   triggers: the post-generation ROI gate (hard_limit, context_overflow and user are exempt);
+5. ground the summary (:func:`~.grounding.ground`: files, checks and skills are the deterministic facts, unsupported
+   claims dropped and counted; template text for a goal or next steps makes it ``quality: partial``); fit it to its
+   reserve (:mod:`.capsule_fit`); measure the exact continuation; soft triggers: the post-generation ROI gate
+   (hard_limit, context_overflow, user exempt); a hard limit not met keeps less verbatim, the current prompt last;
 6. just before the append, check the cancel signal and the leaf: else ``cancelled`` / ``stale``, nothing written;
 7. emit ``compaction_end`` and write a flight record (never the summary text).
 
@@ -57,6 +57,7 @@ from ..tokens import REPLY_PRIMING, TokenCounter
 from .capsule import Capsule, render
 from .capsule_count import CapsuleTextCounts
 from .capsule_entry import capsule_message, capsule_of
+from .capsule_fit import capsule_reserve, fit_capsule, tail_room
 from .extract import deterministic_capsule
 from .grounding import ground_plan_summary
 from .kernel_section import KernelStateProvider, kernel_state_field, with_kernel_state
@@ -66,7 +67,7 @@ from .predict import SavingsPredictor, SummaryAttempt
 from .progress import Phase, wait_with_progress
 from .snapshot import BudgetSnapshot, SnapshotBox, compaction_of_capsule
 from .summarize import Summarizer, SummaryRequest, summary_input_tokens
-from .tail_cut import tail_cut_point
+from .tail_cut import shrink_tails, tail_cut_point
 from .triggers import (
     EXEMPT_FROM_SOFT_ROI,
     MANDATORY,
@@ -196,11 +197,10 @@ class CompactionEngine:
         return gate is not None and gate[0] == check.context_key and check.effective < gate[1]
 
     def record_turn_complete(self) -> bool:
-        """After a completed turn: record a ``turn_complete`` intent only when it could pass the
-        pre-generation ROI (seed: a completed turn *may* record one), so an intent that would be
-        skipped anyway is never recorded. (The safe-cut check waits for the preflight: the next
-        user message, appended first, is what makes older history cuttable.) Nothing is
-        compacted here."""
+        """After a completed turn: record a ``turn_complete`` intent only when it could pass the pre-generation
+        ROI (seed: a completed turn *may* record one), so an intent that would be skipped anyway is never
+        recorded. (The safe-cut check waits for the preflight: the next user message, appended first, is what
+        makes older history cuttable.) Nothing is compacted here."""
         check = self.measure()
         if not pre_generation_roi(check.effective, self.config.compaction).passed or self._waiting_for_growth(check):
             return False
@@ -232,9 +232,8 @@ class CompactionEngine:
         if trigger in SOFT:
             if turn.soft_skipped and not self.soft_ready(check):
                 return check  # already skipped before generation this turn, and nothing changed that
-            # One soft attempt answers every pending soft intent: they all ask for a compaction at
-            # this boundary, so each is consumed once here whatever the outcome (none goes stale
-            # and fires turns later).
+            # One soft attempt answers every pending soft intent: they all ask for a compaction at this
+            # boundary, so each is consumed once here whatever the outcome (none goes stale and fires turns later).
             self.intents.clear()
         outcome = await self.run(trigger, cancel=cancel, check=check)
         if trigger in SOFT:
@@ -267,7 +266,7 @@ class CompactionEngine:
         entries, capsule_entry, cum = inputs.context_entries(), inputs.capsule, inputs.cumulative_tokens()
         keep = self.config.compaction.keep_recent_tokens
         if max_tail_tokens is None and trigger in MANDATORY:
-            max_tail_tokens = self._max_tail(check)
+            max_tail_tokens = tail_room(check.hard_limit, self.base_tokens)
         cut, total = tail_cut_point(entries, cum, inputs.tool_index, keep, max_tail_tokens=max_tail_tokens), cum[-1]
         if cut is None:
             return (f"nothing old enough to compact yet: {total:,} tokens of history, "
@@ -306,10 +305,6 @@ class CompactionEngine:
                                 f"was written")
         return Capsule.from_json(self.scrub(capsule.to_json()), where="scrubbed capsule"), quality, self.scrub(note)
 
-    def _max_tail(self, check: BudgetCheck) -> int:
-        reserve = min(8_000, check.hard_limit // 4)  # room for the capsule: a quarter of the hard limit, at most 8k
-        return max(0, check.hard_limit - self.base_tokens - reserve - REPLY_PRIMING)
-
     async def run(self, trigger: Trigger, *, cancel: CancelToken | None = None, check: BudgetCheck | None = None,
                   instructions: str | None = None) -> CompactionOutcome:
         cancel = cancel or CancelToken()
@@ -331,20 +326,21 @@ class CompactionEngine:
         progress = Phase(self.bus, plan.operation_id)
         progress("plan", 5)
         try:
-            local = deterministic_capsule(list(plan.summarize), plan.previous_capsule, plan.previous_checkpoint_id)
-            baseline = self._baseline(plan, local)
-            if trigger in SOFT and (skipped := self._soft_gate(plan, trigger, check, baseline, started,
+            raw = deterministic_capsule(list(plan.summarize), plan.previous_capsule, plan.previous_checkpoint_id)
+            local, baseline = self._fitted(plan, checkpoint_id, raw), self._baseline(plan, raw)
+            if trigger in SOFT and (skipped := self._soft_gate(plan, trigger, check, baseline or local, started,
                                                                 checkpoint_id)) is not None:
                 return skipped
             self._requesting(plan)
-            capsule, quality, note, ungrounded = await self._generate(plan, cancel, progress, local=local)
+            generated, quality, note, ungrounded = await self._generate(plan, cancel, progress, local=local)
+            capsule = self._fitted(plan, checkpoint_id, generated, quality)
             if quality != "degraded":  # a fallback's server may still be busy with the abandoned summary
                 await self.text_counts.learn(self._capsule_text(capsule, quality, checkpoint_id))
             if cancel.cancelled:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
             progress("measure", 85)
             after = self._measure_after(plan, capsule, quality, checkpoint_id)
-            self._observe(plan, baseline, capsule, quality, after)
+            self._observe(plan, baseline, (generated, capsule), quality, after)
             if trigger not in EXEMPT_FROM_SOFT_ROI:
                 missed = self._missed_soft_roi(plan, check, after)
                 if missed is not None:
@@ -385,25 +381,26 @@ class CompactionEngine:
                                 started)
 
     # -- the summary: predicted before, accounted for after --------------------------------
-    def _baseline(self, plan: CompactionPlan, local: Capsule) -> Capsule:
-        """What the prediction scales: ``local``, grounded and rolled like a model's answer when a
-        summarizer writes the capsule (so the factor measures the model, not the rolling)."""
-        if self.summarizer is None or self.predictor is None:
-            return local
-        return ground_plan_summary(plan, local, local).capsule
+    def _baseline(self, plan: CompactionPlan, raw: Capsule) -> Capsule | None:
+        """What the prediction scales when a model writes the capsule: the plan's deterministic one (``raw``)
+        grounded and rolled like a model's answer, not fitted (the factor measures the model); else ``None``."""
+        model = self.summarizer is not None and self.predictor is not None
+        return ground_plan_summary(plan, raw, raw).capsule if model else None
 
     def _soft_gate(self, plan: CompactionPlan, trigger: Trigger, check: BudgetCheck, baseline: Capsule,
                    started: float, checkpoint_id: str) -> CompactionOutcome | None:
         """The skip before any summary is requested, or ``None``: the seed's pre-generation estimate
-        exactly as written, then the stricter prediction of :mod:`.predict` (``baseline``'s cost
-        scaled by the model factor must pass the post-generation gate; a miss waits like a measured one)."""
+        exactly as written, then the stricter prediction of :mod:`.predict` (``baseline``'s cost, scaled by the
+        model factor and fitted, must pass the post-generation gate; a miss waits like a measured one)."""
         config = self.config.compaction
         roi = pre_generation_roi(plan.tokens_before, config)
         if roi.passed and self.predictor is not None:
             model = self.summarizer is not None
             cost = self._rendered_tokens(baseline, "ok" if model else "degraded", checkpoint_id)
-            predicted = self.tracker.sized(self.base_tokens + self.predictor.capsule_tokens(cost, model=model)
-                                                + self._tail_tokens(plan) + REPLY_PRIMING)
+            if model:  # scaled before the fit, then fitted: :meth:`.SavingsPredictor.fitted_capsule_tokens`
+                fitted = self._rendered_tokens(self._fitted(plan, checkpoint_id, baseline, "ok"), "ok", checkpoint_id)
+                cost = self.predictor.fitted_capsule_tokens(cost, fitted, capsule_reserve(plan.hard_limit))
+            predicted = self.tracker.sized(self.base_tokens + cost + self._tail_tokens(plan) + REPLY_PRIMING)
             self._attempts[plan.operation_id] = SummaryAttempt(predicted_after=predicted,
                                                                factor=self.predictor.factor if model else 1.0)
             roi = predicted_roi(plan.tokens_before, predicted, config)
@@ -423,16 +420,15 @@ class CompactionEngine:
                                                     generated=True,
                                                     input_tokens=summary_input_tokens(request, self.counter))
 
-    def _observe(self, plan: CompactionPlan, baseline: Capsule, capsule: Capsule, quality: Quality,
-                 after: int) -> None:
-        """Record the measured continuation; teach the predictor how a model's capsule compares with
-        the ``baseline`` of the same plan (only the local fallback is ``degraded``)."""
+    def _observe(self, plan: CompactionPlan, baseline: Capsule | None, made: tuple[Capsule, Capsule],
+                 quality: Quality, after: int) -> None:
+        """Record the measured continuation; teach the predictor how a model's capsule as generated (the first
+        of ``made``, fitted: the second) compares with the plan's ``baseline``, both before the fit."""
         attempt = replace(self._attempts.get(plan.operation_id, SummaryAttempt()), measured_after=after)
-        if attempt.generated and quality != "degraded":
-            model_cost = self._rendered_tokens(capsule, quality)
-            if self.predictor is not None:
-                self.predictor.observe(model_cost, self._rendered_tokens(baseline, "ok"))
-            attempt = replace(attempt, output_tokens=self.counter.count_text(json.dumps(capsule.to_json())))
+        if attempt.generated and quality != "degraded":  # only the local fallback is degraded
+            if self.predictor is not None and baseline is not None:
+                self.predictor.observe(self._rendered_tokens(made[0], quality), self._rendered_tokens(baseline, "ok"))
+            attempt = replace(attempt, output_tokens=self.counter.count_text(json.dumps(made[1].to_json())))
         self._attempts[plan.operation_id] = attempt
 
     def _missed_soft_roi(self, plan: CompactionPlan, check: BudgetCheck, after: int) -> str | None:
@@ -453,9 +449,8 @@ class CompactionEngine:
     def _append(self, plan: CompactionPlan, trigger: Trigger, capsule: Capsule, quality: Quality, note: str | None,
                 measured: tuple[int, str], ungrounded: int, check: BudgetCheck, cancel: CancelToken, started: float,
                 progress: Phase) -> CompactionOutcome:
-        """The only write of a compaction: synchronous, so nothing can run between the cancel and
-        leaf checks and the append. ``measured``: the continuation's tokens with the checkpoint id
-        it was measured with, the id written."""
+        """The only write of a compaction: synchronous, so nothing can run between the cancel and leaf checks
+        and the append. ``measured``: the continuation's tokens with the checkpoint id it was measured with."""
         progress("append", 95)
         # -- the only write: checked immediately before, with no await in between ----------
         if cancel.cancelled:
@@ -487,15 +482,13 @@ class CompactionEngine:
 
     def _shrink(self, plan: CompactionPlan, check: BudgetCheck,
                 checkpoint_id: str) -> tuple[CompactionPlan, Capsule, Quality, str] | None:
-        for fraction in (0.5, 0.0):
-            smaller = self.plan(Trigger(plan.trigger), check, instructions=plan.instructions,
-                                max_tail_tokens=int(self._max_tail(check) * fraction))
+        for max_tail in shrink_tails(tail_room(check.hard_limit, self.base_tokens), self.inputs):
+            smaller = self.plan(Trigger(plan.trigger), check, instructions=plan.instructions, max_tail_tokens=max_tail)
             if isinstance(smaller, str):
                 continue
             smaller = CompactionPlan(**{**{f: getattr(smaller, f) for f in smaller.__slots__},
                                         "operation_id": plan.operation_id})
-            capsule = deterministic_capsule(list(smaller.summarize), smaller.previous_capsule,
-                                            smaller.previous_checkpoint_id)
+            capsule = self._fitted(smaller, checkpoint_id)
             if self._measure_after(smaller, capsule, "degraded", checkpoint_id) <= smaller.hard_limit:
                 return smaller, capsule, "degraded", "retained tail shrunk to fit the hard limit"
         return None
@@ -504,7 +497,7 @@ class CompactionEngine:
                              checkpoint_id: str) -> tuple[Capsule, Quality, str, int] | None:
         """The deterministic capsule, when it makes the continuation smaller than the history it
         replaces (the model's capsule did not: ``model_after`` tokens); else ``None``."""
-        local = deterministic_capsule(list(plan.summarize), plan.previous_capsule, plan.previous_checkpoint_id)
+        local = self._fitted(plan, checkpoint_id)
         after = self._measure_after(plan, local, "degraded", checkpoint_id)
         if after >= plan.tokens_before:
             return None
@@ -513,10 +506,9 @@ class CompactionEngine:
 
     async def _generate(self, plan: CompactionPlan, cancel: CancelToken, progress: Phase, *,
                         local: Capsule | None = None) -> tuple[Capsule, Quality, str | None, int]:
-        """The capsule of ``plan``, its quality, the outcome note and how many of the model's
-        claims the history did not support (dropped; 0 for the deterministic fallback). ``local``:
-        the plan's deterministic capsule when the caller already made it. Only the fallback is
-        ``degraded``: a model's capsule is ``ok`` or ``partial``."""
+        """The capsule of ``plan``, its quality, the outcome note and how many of the model's claims the history did not
+        support (dropped; 0 for the deterministic fallback). ``local``: the plan's deterministic capsule when the caller
+        already made it. Only the fallback is ``degraded``: a model's capsule is ``ok`` or ``partial``."""
         entries = list(plan.summarize)
         fallback = local or deterministic_capsule(entries, plan.previous_capsule, plan.previous_checkpoint_id)
         if self.summarizer is None:
@@ -551,6 +543,14 @@ class CompactionEngine:
         """Exact size of the continuation: base + rendered capsule (with the id it is written with) + retained tail."""
         return self.tracker.sized(self.base_tokens + self._rendered_tokens(capsule, quality, checkpoint_id)
                                        + self._tail_tokens(plan) + REPLY_PRIMING)
+
+    def _fitted(self, plan: CompactionPlan, checkpoint_id: str, capsule: Capsule | None = None,
+                quality: Quality = "degraded") -> Capsule:
+        """``capsule`` (else the plan's deterministic one) within the plan's reserve for it (:mod:`.capsule_fit`)."""
+        capsule = capsule or deterministic_capsule(list(plan.summarize), plan.previous_capsule,
+                                                   plan.previous_checkpoint_id)
+        return fit_capsule(capsule, capsule_reserve(plan.hard_limit),
+                           lambda c: self._rendered_tokens(c, quality, checkpoint_id))
 
     def _capsule_text(self, capsule: Capsule, quality: Quality, checkpoint_id: str) -> str:
         return with_kernel_state(render(capsule, checkpoint_id=checkpoint_id, quality=quality), self._kernel_now)

@@ -25,6 +25,7 @@ from typing import Any
 from ..session.capsule_schema import CAPSULE_FIELDS, Capsule, Decision, EntryRange, Verification
 
 __all__ = [
+    "MAX_ROLLED_FROM",
     "Capsule",
     "Decision",
     "EntryRange",
@@ -35,6 +36,10 @@ __all__ = [
     "roll",
 ]
 
+#: checkpoint ids a capsule's ``rolledFrom`` keeps, newest last: each capsule entry names its
+#: previous checkpoint, so older ids are reachable through the previous capsule entries on disk
+#: (kept whole, the list grew every capsule entry by one id per compaction: 546 ids by turn ~470)
+MAX_ROLLED_FROM = 8
 
 
 def merge_unique(*groups: Iterable[str]) -> tuple[str, ...]:
@@ -75,7 +80,9 @@ def _merge_decisions(old: Sequence[Decision], new: Sequence[Decision]) -> tuple[
 def roll(previous: Capsule | None, newer: Capsule, *, previous_checkpoint: str | None = None) -> Capsule:
     """Combine ``previous`` state with ``newer`` facts, losing nothing that was not superseded.
 
-    Files, verification commands, skills, artifacts, constraints and decisions accumulate.
+    Files, verification commands, skills, artifacts, constraints and decisions accumulate (a
+    capsule over its reserve loses its oldest history items later, saying so: :mod:`.capsule_fit`);
+    ``rolled_from`` keeps the last :data:`MAX_ROLLED_FROM` checkpoint ids.
     Work items move forward: something ``newer`` lists as done leaves ``active``/``pending``.
     A non-empty ``newer`` goal supersedes the old one; blockers and next steps are the newer
     summary's when it gives any (it saw the latest state), else the previous ones carry over.
@@ -109,7 +116,8 @@ def roll(previous: Capsule | None, newer: Capsule, *, previous_checkpoint: str |
         active_skills=merge_unique(newer.active_skills) if newer.active_skills else previous.active_skills,
         artifacts=merge_unique(previous.artifacts, newer.artifacts),
         covers=covers,
-        rolled_from=merge_unique(previous.rolled_from, [previous_checkpoint] if previous_checkpoint else []),
+        rolled_from=merge_unique(previous.rolled_from,
+                                 [previous_checkpoint] if previous_checkpoint else [])[-MAX_ROLLED_FROM:],
     )
 
 
@@ -132,7 +140,7 @@ def with_facts(summary: Capsule, facts: Capsule) -> Capsule:
         active_skills=facts.active_skills,
         artifacts=merge_unique(summary.artifacts, facts.artifacts),
         covers=facts.covers,
-        rolled_from=merge_unique(facts.rolled_from, summary.rolled_from),
+        rolled_from=merge_unique(facts.rolled_from, summary.rolled_from)[-MAX_ROLLED_FROM:],
     )
 
 

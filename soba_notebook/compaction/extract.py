@@ -40,6 +40,7 @@ from .verification import verification_outcome, verification_status
 
 __all__ = [
     "MAX_FILES",
+    "MERGED_ITEM",
     "ShellEffects",
     "classify_shell_command",
     "deterministic_capsule",
@@ -499,11 +500,12 @@ def _work_summary(scan: _Scan, facts: Capsule) -> Capsule:
     )
 
 
-_MERGED = re.compile(r"^\[(\d+) earlier (.+?) merged to bound the capsule\] (.*)$", re.DOTALL)
+#: the item a bounded list's oldest items are merged into (its count, what, the merged text)
+MERGED_ITEM = re.compile(r"^\[(\d+) earlier (.+?) merged to bound the capsule\] (.*)$", re.DOTALL)
 
 
 def _merged_count(text: str) -> tuple[int, str]:
-    match = _MERGED.match(text)
+    match = MERGED_ITEM.match(text)
     return (int(match.group(1)), match.group(3)) if match else (1, text)
 
 
@@ -525,7 +527,7 @@ def _bounded(items: tuple[str, ...], limit: int, what: str) -> tuple[str, ...]:
         return items
     overflow = len(items) - limit + 1
     head = items[:overflow]
-    merged_at = [i for i, item in enumerate(head) if _MERGED.match(item)]
+    merged_at = [i for i, item in enumerate(head) if MERGED_ITEM.match(item)]
     if len(merged_at) > 1:  # a model's copy of an earlier merged item rolled over ours: the largest holds it
         largest = max(merged_at, key=lambda i: _merged_count(head[i])[0])
         head = tuple(item for i, item in enumerate(head) if i == largest or i not in merged_at)

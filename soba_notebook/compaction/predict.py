@@ -11,11 +11,12 @@ write the capsule, puts it through what the model's answer goes through (grounde
 rolled over the capsule in force: a model capsule carries the previous one's work lists back in,
 so without this its size drifts away from the bare deterministic capsule's over a session). It
 measures the continuation that *baseline* gives, scales the capsule's share by
-:attr:`SavingsPredictor.factor`, and requests no summary when that predicted continuation already
-misses the post-generation ROI.
+:attr:`SavingsPredictor.factor` (then caps it at the capsule's reserve, as the fit will:
+:meth:`SavingsPredictor.fitted_capsule_tokens`), and requests no summary when that predicted
+continuation already misses the post-generation ROI.
 
 **The factor** is how large a model's capsule is against the baseline of the same plan (both
-measured the same way, rendered as model input). It starts at
+measured the same way, rendered as model input, both before the fit trims them to the reserve). It starts at
 :data:`DEFAULT_FACTOR` and, once a model capsule has been seen, is the *largest* ratio among the
 last :data:`WINDOW` model capsules of this engine (every trigger's: a user or hard-limit compact
 teaches it too). With no summarizer the capsule *is* the deterministic one, the factor is 1 and
@@ -76,6 +77,18 @@ class SavingsPredictor:
         """The predicted cost of the capsule a compaction will append, from the deterministic
         capsule's: scaled when a model writes it (``model``), exact when it is the local one."""
         return math.ceil(local_capsule_tokens * self.factor) if model else local_capsule_tokens
+
+    def fitted_capsule_tokens(self, baseline_tokens: int, fitted_tokens: int, reserve: int) -> int:
+        """The predicted cost of a model's capsule after the fit (:mod:`.capsule_fit`): the baseline
+        as grounded, *before* the fit (``baseline_tokens``), scaled; at most the ``reserve`` the fit
+        trims to, unless the baseline after its own fit (``fitted_tokens``), scaled, is more (the model's
+        extra text may be in what the fit never trims: pending work, the newest items).
+
+        Not the fitted baseline scaled: the fit drops whole items, the largest list's first, so two
+        capsules a few tokens apart can come out hundreds apart (the pi replay: 4,638 and 4,641 tokens
+        fitted to 3,963 and 4,236 under a 4,250 reserve, and the summary was thrown away)."""
+        return min(self.capsule_tokens(baseline_tokens, model=True),
+                   max(reserve, self.capsule_tokens(fitted_tokens, model=True)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,10 +27,11 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 
 from ..session.entries import Entry
+from ..session.model_input import ModelInputBuilder
 from ..session.tool_index import ToolCallIndex
 from .planner import scan_boundaries
 
-__all__ = ["tail_cut_point"]
+__all__ = ["shrink_tails", "tail_cut_point"]
 
 
 def _walk(entries: Sequence[Entry], index: ToolCallIndex, start: int, stop: int | None) -> tuple[list[int], bool]:
@@ -68,3 +69,19 @@ def tail_cut_point(entries: Sequence[Entry], cum: Sequence[int], index: ToolCall
         at = bisect_left(candidates, fits)
         cut = candidates[at] if at < len(candidates) else None
     return cut if cut is not None and cut > 0 else None
+
+
+
+def shrink_tails(room: int, inputs: ModelInputBuilder) -> list[int]:
+    """The retained-tail limits a mandatory compaction's smaller plans try, largest first: half the
+    ``room`` the plan leaves a tail (:func:`~.capsule_fit.tail_room`), the current turn's prompt and
+    everything after it, nothing.
+
+    The prompt the user just typed stays verbatim in model input whenever it fits (seed, practical
+    guidance: never lose "the current tool batch or immediate task details"): without its own
+    limit, a tail of half the room could be too large while no tail at all fit, and the prompt was
+    summarized (the soak's looping turns 288-289). Only when even the prompt's tail cannot fit
+    beside the capsule is nothing kept, as before (or the compaction fails closed)."""
+    cum, users = inputs.cumulative_tokens(), inputs.tool_index.users
+    prompt = cum[-1] - cum[users[-1]] if users else 0  # from the latest user message to the end
+    return sorted({room // 2, prompt, 0}, reverse=True)

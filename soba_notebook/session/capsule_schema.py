@@ -116,7 +116,9 @@ class Capsule:
     artifacts: tuple[str, ...] = field(default=(), metadata=_meta("artifacts", "strings", "Artifacts", "artifacts"))
     # filled by the code, never asked of the model (ask None)
     covers: EntryRange = field(default_factory=EntryRange, metadata=_meta("covers", "range", "Covered range", None))
-    #: checkpoint ids of the capsules this one rolled up, oldest first
+    #: checkpoint ids of the latest capsules this one rolled up, oldest first: the last few only
+    #: (``compaction.capsule.MAX_ROLLED_FROM``); each capsule entry's ``previousCheckpointId`` links
+    #: the older ones on disk. A stored capsule with more ids is still valid.
     rolled_from: tuple[str, ...] = field(
         default=(), metadata=_meta("rolledFrom", "strings", "Rolled up from", None))
 
