@@ -10,6 +10,12 @@ lines although the kernel listens on localhost only. (An IPC transport avoids th
 libzmq then aborted in the kernel at shutdown now and then: "Assertion failed: pfd.revents &
 POLLIN", seen in the suite.) Errors still reach the terminal, and every cell's output is in the
 executed notebook.
+
+A kernel that dies before it runs any cell is started again, up to :data:`STARTS` times:
+jupyter_client picks free ports and the kernel binds them a moment later, and on a busy machine
+another process can take one in between ("Address already in use", one of five kernels started
+at once in a fresh-clone CI run). Nothing has run then, so starting again is safe; a kernel that
+fails after a cell ran is never retried.
 """
 
 from __future__ import annotations
@@ -20,14 +26,29 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+#: kernel starts a run may take when a kernel dies before running any cell
+STARTS = 3
 
-def main(source: str, target: str, timeout: int = 600) -> int:
-    nb = nbformat.read(source, as_version=4)
+
+def _ran_any(nb: nbformat.NotebookNode) -> bool:
+    return any(cell.get("execution_count") or cell.get("outputs") for cell in nb.cells if cell.cell_type == "code")
+
+
+def main(source: str, target: str, timeout: int = 600, kernel_name: str = "python3") -> int:
     Path(target).parent.mkdir(parents=True, exist_ok=True)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", store_widget_state=True,
-                            extra_arguments=["--IPKernelApp.log_level=ERROR"],
-                            resources={"metadata": {"path": str(Path(target).resolve().parent)}})
-    client.execute()
+    for attempt in range(1, STARTS + 1):
+        nb = nbformat.read(source, as_version=4)
+        client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, store_widget_state=True,
+                                extra_arguments=["--IPKernelApp.log_level=ERROR"],
+                                resources={"metadata": {"path": str(Path(target).resolve().parent)}})
+        try:
+            client.execute()
+            break
+        except Exception as exc:
+            if attempt == STARTS or _ran_any(nb):
+                raise
+            print(f"run_notebook: the kernel stopped before running any cell ({type(exc).__name__}: {exc}); "
+                  f"starting a fresh one (attempt {attempt + 1} of {STARTS})", file=sys.stderr, flush=True)
     nbformat.write(nb, target)
     print(f"executed {source} -> {target} ({len(nb.cells)} cells)")
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -31,3 +32,49 @@ def test_headless_run_prints_only_its_own_line_and_no_kernel_transport_warning(t
     assert done.stdout == f"executed {source} -> {target} (1 cells)\n"
     (output,) = nbformat.read(target, as_version=4).cells[0].outputs
     assert output["text"] == f"42 {target.parent}\n"  # ran, in the target's folder
+
+
+_FLAKY_KERNEL = """import os, sys
+starts = os.environ["SOBA_TEST_KERNEL_STARTS"]
+with open(starts, "a") as f:
+    f.write("start\\n")
+if os.environ.get("SOBA_TEST_KERNEL_DIES_FIRST") and open(starts).read().count("start") == 1:
+    sys.exit("Address already in use (a stand-in: the kernel dies before it runs anything)")
+os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *sys.argv[1:]])
+"""
+
+
+def _flaky_kernel_run(tmp_path: Path, code: str, *, dies_first: bool) -> tuple[subprocess.CompletedProcess[str], int]:
+    """The runner on a one-cell notebook whose kernel counts its starts (and dies on the first)."""
+    spec = tmp_path / "jupyter" / "kernels" / "flaky"
+    spec.mkdir(parents=True)
+    (spec / "flaky.py").write_text(_FLAKY_KERNEL)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, str(spec / "flaky.py"), "-f", "{connection_file}"], "display_name": "flaky",
+        "language": "python"}))
+    source = tmp_path / "one.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), source)
+    starts = tmp_path / "starts.txt"
+    env = dict(repo_python_env(), JUPYTER_PATH=str(tmp_path / "jupyter"), SOBA_TEST_KERNEL_STARTS=str(starts),
+               **({"SOBA_TEST_KERNEL_DIES_FIRST": "1"} if dies_first else {}))
+    script = f"import sys; sys.argv = ['run_notebook.py']; " \
+             f"sys.path.insert(0, {str(REPO / 'scripts')!r}); import run_notebook; " \
+             f"sys.exit(run_notebook.main({str(source)!r}, {str(tmp_path / 'out.ipynb')!r}, 120, 'flaky'))"
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    return done, starts.read_text().count("start") if starts.exists() else 0
+
+
+def test_a_kernel_that_dies_before_running_any_cell_is_started_again_and_the_notebook_runs(tmp_path: Path) -> None:
+    done, starts = _flaky_kernel_run(tmp_path, "print(6 * 7)", dies_first=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert starts == 2
+    assert "the kernel stopped before running any cell" in done.stderr and "attempt 2 of 3" in done.stderr
+    (output,) = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[0].outputs
+    assert output["text"] == "42\n"
+
+
+def test_a_notebook_whose_cell_fails_is_never_run_again(tmp_path: Path) -> None:
+    done, starts = _flaky_kernel_run(tmp_path, "raise ValueError('the cell fails')", dies_first=False)
+    assert done.returncode != 0 and "the cell fails" in done.stderr, done.stderr[-3000:]
+    assert starts == 1, "a cell ran: starting again would run it twice"
+    assert "starting a fresh one" not in done.stderr
