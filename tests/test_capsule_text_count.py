@@ -12,6 +12,7 @@ checks the count against the real servers' own prompt counts.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -158,3 +159,18 @@ def test_the_servers_count_is_kept_with_the_capsule_so_a_reopened_session_sizes_
     assert reopened is not None and reopened.id == entry.id
     local = counter.count_message({"role": "user", "content": text})
     assert engine.capsule_tokens(reopened) == local - counter.count_text(text) + entry.data["textTokens"]
+
+
+def test_a_local_capsule_that_replaces_a_model_capsule_too_large_is_counted_by_the_server_too(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    # the summary request completed, so the server is idle: the local capsule that replaces the
+    # model's is counted as well (fresh-clone CI run 15: its estimate was 5.8% under the server's)
+    pending = [f"step {i} of the parser plan: keep every node's source span and line" for i in range(300)]
+    agent, outcome, budget = _compacted(tmp_path, fake_server, _words_doubled,
+                                        summary=json.dumps({"goal": "keep the parser's spans", "pending": pending}))
+    assert outcome.quality == "degraded" and "would have grown the context" in (outcome.reason or ""), outcome
+    text = _capsule_text(agent)
+    asked = [body["input"] for path, body in fake_server.other_posts if path == "/extras/tokenize/count"]
+    assert len(asked) == 4 and asked[2:] == [text, ""], "the model's capsule, then the local one as it is sent"
+    assert agent.engine.inputs.capsule.data["textTokens"] == WORD_TOKENS * len(text.split())
+    assert budget == outcome.tokens_after

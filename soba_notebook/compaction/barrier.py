@@ -359,6 +359,8 @@ class CompactionEngine:
                         ungrounded=ungrounded)
                 capsule, quality, note, after = smaller
                 ungrounded = 0  # the model's capsule, grounded or not, is not what is appended
+                if await self.text_counts.learn(self._capsule_text(capsule, quality, checkpoint_id)):  # server idle
+                    after = self._measure_after(plan, capsule, quality, checkpoint_id)
             if trigger in MANDATORY and after > plan.hard_limit:
                 # the capsule came out too large: keep less verbatim, then a smaller local capsule
                 retry = self._shrink(plan, check, checkpoint_id)
@@ -506,9 +508,8 @@ class CompactionEngine:
 
     async def _generate(self, plan: CompactionPlan, cancel: CancelToken, progress: Phase, *,
                         local: Capsule | None = None) -> tuple[Capsule, Quality, str | None, int]:
-        """The capsule of ``plan``, its quality, the outcome note and how many of the model's claims the history did not
-        support (dropped; 0 for the deterministic fallback). ``local``: the plan's deterministic capsule when the caller
-        already made it. Only the fallback is ``degraded``: a model's capsule is ``ok`` or ``partial``."""
+        """The capsule of ``plan``, its quality, the note, and the model's claims the history did not support (dropped;
+        0 for the fallback). ``local``: the plan's deterministic capsule, if made. Only the fallback is ``degraded``."""
         entries = list(plan.summarize)
         fallback = local or deterministic_capsule(entries, plan.previous_capsule, plan.previous_checkpoint_id)
         if self.summarizer is None:
@@ -562,9 +563,8 @@ class CompactionEngine:
 
     def _tail_tokens(self, plan: CompactionPlan) -> int:
         """Tokens of the entries ``plan`` keeps verbatim, as they are now."""
-        if plan.first_kept_entry_id is None:
-            return 0
-        start, cum = self.inputs.position_in_context(plan.first_kept_entry_id), self.inputs.cumulative_tokens()
+        start = self.inputs.position_in_context(plan.first_kept_entry_id) if plan.first_kept_entry_id else None
+        cum = self.inputs.cumulative_tokens()
         return cum[-1] - cum[start] if start is not None else 0
 
     # -- reporting ---------------------------------------------------------------------------

@@ -11,9 +11,11 @@ is kept with the capsule entry (``textTokens``), so every later measure of that 
 "after" figure, the budget of the context that starts with it, a reopened session's) carries the
 server's count.
 
-Only a model's capsule is counted: after a fallback (``degraded``: the summary timed out, failed
-or was cancelled) llama-cpp-python may still be generating the abandoned summary, and a count would
-wait behind it. A count is bounded by :data:`TEXT_COUNT_TIMEOUT` and is an extra: a failed or slow one keeps the
+A model's capsule is counted, and the local capsule that replaces one too large (the summary
+finished, so the server is idle: a local capsule of file paths was 5.8% under the server's count in
+CI run 15). A fallback after a summary that timed out, failed or was cancelled is not:
+llama-cpp-python may still be generating the abandoned summary, and a count would wait behind it.
+A count is bounded by :data:`TEXT_COUNT_TIMEOUT` and is an extra: a failed or slow one keeps the
 estimate. Replays (no provider) never count, so their figures stay a pure function of the session.
 """
 
