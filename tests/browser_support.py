@@ -299,6 +299,8 @@ class LabNotebook:
     name: str
     console: list[str] = field(default_factory=list)
     page_errors: list[str] = field(default_factory=list)
+    #: every comm message on the page's kernel websockets, both ways, in order (:func:`comm_frame`)
+    comm_log: list[dict[str, Any]] = field(default_factory=list)
 
     def wait_kernel_idle(self, timeout: float = 90.0) -> None:
         """Wait until the notebook's kernel has started and is idle."""
@@ -329,6 +331,48 @@ class LabNotebook:
                 + "\n--- JupyterLab log (tail) ---\n" + self.server.log_tail())
 
 
+def comm_frame(payload: str | bytes) -> dict[str, Any] | None:
+    """A kernel websocket frame's comm message, summed up (``msg_type``, ``comm_id``, the header's
+    ``subshell_id``, ``data``), or None for any other message. Reads both of Jupyter's websocket
+    forms: JSON text, and the binary ``v1.kernel.websocket.jupyter.org`` frame (a count of offsets,
+    the offsets, then channel, header, parent header, metadata, content)."""
+    try:
+        if isinstance(payload, str):
+            msg = json.loads(payload)
+            header, content, channel = msg.get("header") or {}, msg.get("content") or {}, msg.get("channel")
+        else:
+            count = int.from_bytes(payload[:8], "little")
+            offsets = [int.from_bytes(payload[8 + 8 * i:16 + 8 * i], "little") for i in range(count)]
+            parts = [payload[offsets[i]:offsets[i + 1] if i + 1 < count else len(payload)] for i in range(count)]
+            channel = parts[0].decode()
+            header, content = json.loads(parts[1]), json.loads(parts[4])
+    except (ValueError, IndexError, UnicodeDecodeError, AttributeError):
+        return None
+    kind = header.get("msg_type", "")
+    if not str(kind).startswith("comm_"):
+        return None
+    return {"channel": channel, "msg_type": kind, "comm_id": content.get("comm_id"),
+            "subshell_id": header.get("subshell_id"), "data": content.get("data")}
+
+
+def _log_comms(page: Page, log: list[dict[str, Any]]) -> None:
+    """Keep every comm message the page sends to or receives from a kernel (a failing widget test
+    can then say which side dropped a message)."""
+    started = time.monotonic()
+
+    def keep(direction: str, payload: str | bytes) -> None:
+        frame = comm_frame(payload)
+        if frame is not None:
+            log.append({"t": round(time.monotonic() - started, 2), "dir": direction, **frame})
+
+    def on_socket(ws: Any) -> None:
+        if "/api/kernels/" in ws.url:
+            ws.on("framesent", lambda payload: keep("sent", payload))
+            ws.on("framereceived", lambda payload: keep("received", payload))
+
+    page.on("websocket", on_socket)
+
+
 @contextlib.contextmanager
 def open_notebook_in_lab(notebook_path: Path, workdir: Path, *, env: dict[str, str] | None = None,
                          theme: str | None = None, extra_files: Sequence[Path] = (),
@@ -353,6 +397,7 @@ def open_notebook_in_lab(notebook_path: Path, workdir: Path, *, env: dict[str, s
 
         page.on("console", on_console)
         page.on("pageerror", lambda error: notebook.page_errors.append(str(error)))
+        _log_comms(page, notebook.comm_log)
         page.goto(server.url(f"lab/tree/{notebook_path.name}"))
         page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=timeout * 1000)
         notebook.wait_kernel_idle(timeout)

@@ -63,9 +63,24 @@ def _answer(notebook: LabNotebook, cell: int, call_id: str, answer: str, *, reas
         card.locator(".soba-approval__reason").fill(reason)
     card.locator(f"[data-answer='{answer}']").click()
     verdict = card.locator(f".soba-approval__decision--{answer}")
-    verdict.wait_for(state="attached", timeout=WAIT_MS)
+    try:
+        verdict.wait_for(state="attached", timeout=WAIT_MS)
+    except Exception as exc:  # Playwright's timeout: say which side dropped the answer
+        raise AssertionError(f"card {call_id} never showed the answer {answer!r} after its click; the "
+                             f"card's comm messages:\n{_card_comms(notebook, call_id)}"
+                             f"{notebook.diagnostics()}") from exc
     assert card.locator("button").count() == 0, "a decided card has no buttons left"
     return card
+
+
+def _card_comms(notebook: LabNotebook, call_id: str) -> str:
+    """Every comm message of call ``call_id``'s card, both ways, one a line (its comm is the one
+    whose ``comm_open`` state asks about that call)."""
+    opened = [m["comm_id"] for m in notebook.comm_log if m["msg_type"] == "comm_open"
+              and ((m.get("data") or {}).get("state") or {}).get("request", {}).get("call_id") == call_id]
+    lines = [f"{m['t']:>8.2f}s {m['dir']:<8} {m['msg_type']:<10} subshell={m['subshell_id']} "
+             f"{json.dumps(m.get('data'))[:300]}" for m in notebook.comm_log if m["comm_id"] in opened]
+    return "\n".join(lines) or f"(no comm of a card for {call_id} in {len(notebook.comm_log):,} comm messages)"
 
 
 def _shoot(card: Any, name: str) -> Path:
