@@ -34,7 +34,10 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+import weakref
+from array import array
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -51,12 +54,21 @@ __all__ = ["FORMAT_VERSION", "BatchEntryError", "SessionStore"]
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
-#: How much of a session file :meth:`SessionStore.open` reads and parses at a time.
+#: How much of a session file :meth:`SessionStore.open` reads and parses at a time (and how much
+#: a read back of many entries reads at once).
 OPEN_CHUNK_BYTES = 8 << 20
+
+#: How many whole entries a file store keeps in memory by itself: the newest it indexed and the
+#: ones most recently read back. Beyond them it keeps only the entries someone else still holds
+#: (the model input's, a caller's list); every other entry is read back from the file when asked.
+KEPT_ENTRIES = 512
 
 
 class SessionStore:
     """An open session file: its entries, their tree, and the current leaf."""
+
+    #: whole entries kept beyond those held elsewhere (None: every one, for a store with no file)
+    _keep: int | None = KEPT_ENTRIES
 
     def __init__(self, file: Path, header: dict[str, Any], *, fsync: bool = False,
                  lock_timeout: float = 10.0, clock: Callable[[], datetime] | None = None) -> None:
@@ -65,11 +77,23 @@ class SessionStore:
         self.fsync = fsync
         self.lock_timeout = lock_timeout
         self._clock = clock
-        self._entries: list[Entry] = []
-        self._by_id: dict[str, Entry] = {}
+        # One small record per entry, by position in file order: what the tree, the leaf and a
+        # read back need. The id and parent strings are shared objects (a parent's is its own id).
+        self._pos: dict[str, int] = {}
+        self._ids: list[str] = []
+        self._parents: list[str | None] = []
+        self._types: list[str] = []
+        self._offsets = array("q")  # where the entry's line starts in the file; -1: in memory only
+        self._sizes = array("q")  # the line's bytes, its newline excluded
+        self._lines = array("q")
+        # Whole entries: the newest indexed and the latest read back (strong, bounded unless
+        # _keep is None), and any other that someone still holds (weak: one object per entry).
+        self._kept: OrderedDict[str, Entry] = OrderedDict()
+        self._held: weakref.WeakValueDictionary[str, Entry] = weakref.WeakValueDictionary()
+        #: entries read back from the file so far (a test counts them)
+        self.read_back = 0
         self._leaf: str | None = None
         self._path_ids: list[str] | None = []
-        self._path_entries: list[Entry] = []  # the entries of _path_ids, kept with it (path() copies it)
         self._offset = 0  # bytes consumed: always just after a newline (or 0)
         self._line_no = 0
         self._needs_newline = False  # a torn tail was skipped; next write starts a fresh line
@@ -155,13 +179,16 @@ class SessionStore:
         paused = gc.isenabled() and lines > 1_000
         if paused:
             gc.disable()
+        starts = _line_starts(region)
+        at = base + start
         try:
             for line_no, obj in parse_lines(self.file, region, first_line, self._problem):
                 if obj.__class__ is not dict or obj.get("type").__class__ is not str:
                     self._problem(f"{self.file}:{line_no}: not an entry object with a 'type'; line skipped")
                     continue
                 entry = Entry.from_parsed(obj, line_no)
-                if self._index(entry):
+                k = line_no - first_line
+                if self._index(entry, at + starts[k], starts[k + 1] - starts[k] - 1):
                     new.append(entry)
         finally:
             if paused:
@@ -220,20 +247,32 @@ class SessionStore:
         self.problems.append(message)
         warnings.warn(message, SessionWarning, stacklevel=5)
 
-    def _index(self, entry: Entry) -> bool:
+    def _index(self, entry: Entry, offset: int = -1, size: int = 0) -> bool:
+        """Record ``entry`` (its line at ``offset``, ``size`` bytes; -1: nowhere to read it back)
+        and move the leaf; False when it is refused (no id, a duplicate)."""
         eid = entry.id
-        by_id = self._by_id
-        if eid.__class__ is not str or not eid or eid in by_id:
+        pos = self._pos
+        if eid.__class__ is not str or not eid or eid in pos:
             return self._reject(entry)
         parent = entry.parent_id
-        if parent is not None and parent not in by_id:
-            self._problem(f"{self.file}:{entry.line}: parentId {parent!r} of entry {eid!r} points to no "
-                          f"earlier entry; it is kept as the root of its own branch")
-        self._entries.append(entry)
-        by_id[eid] = entry
+        if parent is not None:
+            at = pos.get(parent)
+            if at is None:
+                self._problem(f"{self.file}:{entry.line}: parentId {parent!r} of entry {eid!r} points to no "
+                              f"earlier entry; it is kept as the root of its own branch")
+            else:
+                parent = self._ids[at]  # the parent's own id object: one string per id in the records
+        self._ids.append(eid)
+        self._parents.append(parent)
+        self._types.append(entry.type)
+        self._offsets.append(offset)
+        self._sizes.append(size)
+        self._lines.append(entry.line or 0)
+        pos[eid] = len(self._ids) - 1  # last: a reader that finds the id finds its record
+        self._keep_whole(eid, entry)
         if entry.type == "leaf":
             target = leaf_data(entry).get("targetId")
-            if isinstance(target, str) and target in by_id:
+            if isinstance(target, str) and target in pos:
                 self._set_leaf(target)
             else:
                 self._problem(f"{self.file}:{entry.line}: leaf entry {eid!r} points to {target!r}, which is no "
@@ -242,11 +281,19 @@ class SessionStore:
         path = self._path_ids
         if path is not None and parent == self._leaf:
             path.append(eid)
-            self._path_entries.append(entry)
         else:
             self._path_ids = None  # recomputed lazily
         self._leaf = eid
         return True
+
+    def _keep_whole(self, eid: str, entry: Entry) -> None:
+        """Keep ``entry`` as one of the newest; the oldest kept one is then held only weakly (it
+        stays the same object for as long as anyone else holds it, and is read back after)."""
+        kept = self._kept
+        kept[eid] = entry
+        if self._keep is not None and len(kept) > self._keep:
+            old_id, old = kept.popitem(last=False)
+            self._held[old_id] = old
 
     def _reject(self, entry: Entry) -> bool:
         eid = entry.id
@@ -254,7 +301,7 @@ class SessionStore:
             self._problem(f"{self.file}:{entry.line}: entry of type {entry.type!r} has no id; skipped")
         else:
             self._problem(f"{self.file}:{entry.line}: duplicate entry id {eid!r} (first on line "
-                          f"{self._by_id[eid].line}); the later line is ignored")
+                          f"{self._lines[self._pos[eid]]}); the later line is ignored")
         return False
 
     def _set_leaf(self, target: str | None) -> None:
@@ -293,37 +340,64 @@ class SessionStore:
         return self._leaf
 
     def leaf(self) -> Entry | None:
-        return self._by_id.get(self._leaf) if self._leaf else None
+        return self.get(self._leaf) if self._leaf else None
 
     def entries(self) -> list[Entry]:
-        """Every entry in file order (header excluded), unknown types included."""
-        return list(self._entries)
+        """Every entry in file order (header excluded), unknown types included; those the store
+        no longer holds are read back from the file (in large sequential reads)."""
+        return self._whole(range(len(self._ids)))
 
-    def __len__(self) -> int:
-        return len(self._entries)
+    def entries_of_type(self, kind: str) -> list[Entry]:
+        """The entries of type ``kind`` in file order; only they are read back, never the rest."""
+        types = self._types
+        return self._whole([i for i in range(len(types)) if types[i] == kind])
 
-    def __iter__(self) -> Iterator[Entry]:
-        return iter(list(self._entries))
-
-    def __contains__(self, entry_id: object) -> bool:
-        return entry_id in self._by_id
-
-    def get(self, entry_id: str) -> Entry:
+    def type_of(self, entry_id: str) -> str:
+        """The type of entry ``entry_id``, from its record: nothing is read back."""
         try:
-            return self._by_id[entry_id]
+            return self._types[self._pos[entry_id]]
         except KeyError:
             raise SessionError(f"{self.file}: no entry with id {entry_id!r}") from None
 
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.entries())
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._pos
+
+    def get(self, entry_id: str) -> Entry:
+        """The entry ``entry_id``: the object the store or anyone else still holds, else read back
+        from its line (one read) and kept among the most recent."""
+        entry = self._kept.get(entry_id)
+        if entry is not None:
+            return entry
+        entry = self._held.get(entry_id)
+        if entry is not None:
+            return entry
+        pos = self._pos.get(entry_id)
+        if pos is None:
+            raise SessionError(f"{self.file}: no entry with id {entry_id!r}")
+        with self._mutex:
+            entry = self._read_back([pos])[0]
+            self._keep_whole(entry_id, entry)
+        return entry
+
     def children(self, entry_id: str | None) -> list[Entry]:
-        """Entries whose parent is ``entry_id`` (None: the roots), in file order. O(entries)."""
-        return [e for e in self._entries if e.parent_id == entry_id]
+        """Entries whose parent is ``entry_id`` (None: the roots), in file order. O(entries),
+        reading back only the children."""
+        parents = self._parents
+        return self._whole([i for i in range(len(parents)) if parents[i] == entry_id])
 
     def path(self, leaf_id: str | None = None) -> list[Entry]:
-        """Entries from the root to ``leaf_id`` (default: the current leaf), in order."""
-        if leaf_id is not None and leaf_id != self._leaf:
-            return [self._by_id[i] for i in self._walk(leaf_id)]
-        self._current_path()
-        return self._path_entries.copy()  # no lookup per entry: the first build after open reads none
+        """Entries from the root to ``leaf_id`` (default: the current leaf), in order. Those the
+        store no longer holds are read back: a live caller reads :meth:`path_ids` and gets only
+        the entries it needs."""
+        ids = self._walk(leaf_id) if leaf_id is not None and leaf_id != self._leaf else self._current_path()
+        pos = self._pos
+        return self._whole([pos[i] for i in ids])
 
     def path_ids(self) -> list[str]:
         """Ids on the current root-to-leaf path. The list is shared: read it, never mutate it.
@@ -336,23 +410,98 @@ class SessionStore:
 
     def _current_path(self) -> list[str]:
         if self._path_ids is None:
-            ids = self._walk(self._leaf) if self._leaf else []
-            self._path_entries = list(map(self._by_id.__getitem__, ids))
-            self._path_ids = ids
+            self._path_ids = self._walk(self._leaf) if self._leaf else []
         return self._path_ids
 
     def _walk(self, leaf_id: str) -> list[str]:
-        if leaf_id not in self._by_id:
+        pos, parents = self._pos, self._parents
+        if leaf_id not in pos:
             raise SessionError(f"{self.file}: no entry with id {leaf_id!r}")
         ids: list[str] = []
         seen: set[str] = set()
         cur: str | None = leaf_id
-        while cur is not None and cur in self._by_id and cur not in seen:
+        while cur is not None and cur in pos and cur not in seen:
             seen.add(cur)
             ids.append(cur)
-            cur = self._by_id[cur].parent_id
+            cur = parents[pos[cur]]
         ids.reverse()
         return ids
+
+    # -- reading entries back ----------------------------------------------------------------
+    def _whole(self, positions: Sequence[int]) -> list[Entry]:
+        """The entries at ``positions`` (in that order): held ones as they are, the others read
+        back in one pass over the file and then held weakly (the same object while the caller
+        keeps it)."""
+        ids, kept, held = self._ids, self._kept, self._held
+        out: list[Entry] = []
+        missing: list[int] = []  # indexes into out of the entries to read back
+        for i in positions:
+            eid = ids[i]
+            entry = kept.get(eid) or held.get(eid)
+            if entry is None:
+                missing.append(len(out))
+                entry = _PLACEHOLDER
+            out.append(entry)
+        if missing:
+            with self._mutex:
+                found = self._read_back([positions[k] for k in missing])
+            for k, entry in zip(missing, found, strict=True):
+                out[k] = entry
+                held[ids[positions[k]]] = entry
+        return out
+
+    def _read_back(self, positions: Sequence[int]) -> list[Entry]:
+        """The entries at ``positions`` parsed again from their lines, in that order. They are read
+        in file order, in spans of up to :data:`OPEN_CHUNK_BYTES` when there are several, so
+        reading back a whole session is one pass over the file, like opening it."""
+        order = sorted(range(len(positions)), key=lambda k: self._offsets[positions[k]])
+        raws = self._raw_lines([positions[k] for k in order])
+        out: list[Entry] = [_PLACEHOLDER] * len(positions)
+        parsed = dict(parse_lines(self.file, b"\n".join(raws) + b"\n", 0, self._changed))
+        for n, k in enumerate(order):  # parsed in one batch: one object per distinct key, as at open
+            out[k] = self._checked(positions[k], parsed.get(n))
+        self.read_back += len(positions)
+        return out
+
+    def _raw_lines(self, positions: list[int]) -> list[bytes]:
+        """The bytes of the lines at ``positions`` (in increasing offsets), newline excluded."""
+        offsets, sizes = self._offsets, self._sizes
+        span = OPEN_CHUNK_BYTES if len(positions) > 1 else 0
+        raws: list[bytes] = []
+        try:
+            fd = os.open(self.file, os.O_RDONLY)
+        except OSError as exc:
+            raise SessionError(f"{self.file}: cannot read session file ({exc.strerror})") from None
+        try:
+            buf, buf_at = b"", 0
+            for i in positions:
+                at, size = offsets[i], sizes[i]
+                if at < 0:
+                    raise SessionError(f"{self.file}: entry {self._ids[i]!r} lives in memory only and is no longer "
+                                       f"held; it cannot be read back")
+                if at < buf_at or at + size > buf_at + len(buf):
+                    buf, buf_at = os.pread(fd, max(size, span), at), at
+                raws.append(buf[at - buf_at:at - buf_at + size])
+        except OSError as exc:
+            raise SessionError(f"{self.file}: cannot read session file ({exc.strerror})") from None
+        finally:
+            os.close(fd)
+        return raws
+
+    def _changed(self, message: str) -> None:
+        """A line read back no longer parses: the file was changed in place."""
+        raise SessionError(f"{self.file}: an entry read back from the file no longer reads as it did when the "
+                           f"session was opened; the file was changed in place (sessions are append-only): "
+                           f"{message}")
+
+    def _checked(self, i: int, obj: Any) -> Entry:
+        """The entry at position ``i`` from its line's parsed value, checked to be the entry indexed there."""
+        eid = self._ids[i]
+        if obj.__class__ is not dict or obj.get("id") != eid or obj.get("type") != self._types[i]:
+            raise SessionError(f"{self.file}:{self._lines[i]}: the line of entry {eid!r} no longer reads as it did "
+                               f"when the session was opened; the file was changed in place (sessions are "
+                               f"append-only)")
+        return Entry.from_parsed(obj, self._lines[i])
 
     # -- writing -----------------------------------------------------------------------------
     def _stamped(self, entry: Entry, expect_leaf: str | object | None) -> Entry:
@@ -363,15 +512,16 @@ class SessionStore:
                                  f"{expect_leaf!r}; nothing was appended")
         entry = entry.with_ids(entry.id or new_id(), entry.parent_id if entry.parent_id is not None else self._leaf,
                                entry.ts or now_iso(self._clock() if self._clock else None))
-        if entry.id in self._by_id:
+        if entry.id in self._pos:
             raise SessionError(f"{self.file}: entry id {entry.id!r} already exists")
         return entry
 
-    def _appended(self, entry: Entry) -> Entry:
-        """``entry`` on the next line, indexed, and the store's version moved on."""
+    def _appended(self, entry: Entry, offset: int = -1, size: int = 0) -> Entry:
+        """``entry`` on the next line (written at ``offset``, ``size`` bytes; -1: in memory only),
+        indexed, and the store's version moved on."""
         self._line_no += 1
         entry = Entry(entry.type, entry.data, entry.id, entry.parent_id, entry.ts, self._line_no)
-        self._index(entry)
+        self._index(entry, offset, size)
         self.version += 1
         return entry
 
@@ -412,9 +562,10 @@ class SessionStore:
                 entry = Entry.from_json(json.loads(payload))
                 data = (("\n" if self._needs_newline else "") + payload + "\n").encode()
             self._write(data, f"{entry.type} entry")
+            at = self._offset + self._needs_newline  # the line itself, after the newline a torn tail needs
             self._needs_newline = False
             self._offset += len(data)
-            return self._appended(entry)
+            return self._appended(entry, at, self._offset - 1 - at)
 
     def append_many(self, entries: list[Entry]) -> list[Entry]:
         """Append ``entries`` in order with one lock, one ``write`` and at most one ``fsync``.
@@ -435,21 +586,24 @@ class SessionStore:
             self._catch_up_locked()
             if self.lease is not None:
                 self.lease.verify()
-            filled, data = self._serialize_batch(entries)
+            filled, sizes, data = self._serialize_batch(entries)
             self._write(data, f"batch of {len(filled):,} entries")
+            at = self._offset + self._needs_newline
             self._needs_newline = False
             self._offset += len(data)
             out: list[Entry] = []
-            for entry in filled:
+            for entry, size in zip(filled, sizes, strict=True):
                 self._line_no += 1
                 if entry.line != self._line_no:  # a bulk writer may build it with its line (see next_line)
                     entry = Entry(entry.type, entry.data, entry.id, entry.parent_id, entry.ts, self._line_no)
-                self._index(entry)
+                self._index(entry, at, size)
+                at += size + 1
                 out.append(entry)
             self.version += 1
             return out
 
-    def _serialize_batch(self, entries: list[Entry]) -> tuple[list[Entry], bytes]:
+    def _serialize_batch(self, entries: list[Entry]) -> tuple[list[Entry], list[int], bytes]:
+        """The entries with ids filled in, the bytes of each one's line and the lines to write."""
         leaf = self._leaf
         batch_ids: set[str] = set()
         filled: list[Entry] = []
@@ -461,7 +615,7 @@ class SessionStore:
             if entry.id is None or (entry.parent_id is None and leaf is not None) or not entry.ts:
                 entry = entry.with_ids(eid, entry.parent_id if entry.parent_id is not None else leaf,
                                        entry.ts or stamp)
-            if eid in self._by_id or eid in batch_ids:
+            if eid in self._pos or eid in batch_ids:
                 raise SessionError(f"{self.file}: entry {i} of the batch: id {entry.id!r} already exists; "
                                    f"nothing was appended")
             try:
@@ -476,11 +630,12 @@ class SessionStore:
             filled.append(entry)
             if entry.type == "leaf":
                 target = leaf_data(entry).get("targetId")
-                leaf = target if isinstance(target, str) and (target in self._by_id or target in batch_ids) else None
+                leaf = target if isinstance(target, str) and (target in self._pos or target in batch_ids) else None
             else:
                 leaf = entry.id
+        sizes = [len(part) for part in parts[len(parts) - len(filled):]]
         parts.append(b"")
-        return filled, b"\n".join(parts)
+        return filled, sizes, b"\n".join(parts)
 
     def _write(self, data: bytes, what: str) -> None:
         """The one write path of :meth:`append` and :meth:`append_many`: ``data`` (whole lines)
@@ -538,7 +693,7 @@ class SessionStore:
         """Move the leaf to ``entry_id`` by appending a ``leaf`` entry; no earlier line changes."""
         from .entries import leaf_marker
 
-        if entry_id not in self._by_id:
+        if entry_id not in self._pos:
             raise SessionError(f"{self.file}: cannot rewind to {entry_id!r}: no such entry in this session")
         return self.append(leaf_marker(entry_id, reason))
 
@@ -568,6 +723,22 @@ class SessionStore:
                 unlock(fd)
         finally:
             os.close(fd)
+
+
+def _line_starts(region: bytes) -> list[int]:
+    """Where each line of ``region`` starts, and one past its last newline: line ``k`` is
+    ``region[starts[k]:starts[k + 1] - 1]``."""
+    starts = [0]
+    find = region.find
+    nl = find(b"\n")
+    while nl >= 0:
+        starts.append(nl + 1)
+        nl = find(b"\n", nl + 1)
+    return starts
+
+
+#: stands for an entry still to be read back, in a list being filled
+_PLACEHOLDER = Entry("placeholder")
 
 
 class BatchEntryError(SessionError):
