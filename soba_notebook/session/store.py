@@ -23,6 +23,18 @@ What this module guarantees:
 * **Clear errors.** A missing header, a non-JSON line, a parent that points nowhere: the message
   names the file and the line. Nothing is silently dropped: skipped lines are listed in
   :attr:`SessionStore.problems`.
+* **Flat memory.** A long session does not keep its transcript in memory. For every entry the
+  store keeps a small record (id, parent, type, the byte offset and length of its line, its line
+  number), and whole :class:`~.entries.Entry` objects only for the newest :data:`KEPT_ENTRIES`
+  indexed or read back, plus any entry someone else still holds (weakly: the model input's
+  entries, a caller's list), which stays the same object. Any other entry is read back from its
+  line when asked (:meth:`SessionStore.get`: one ``pread``; :meth:`~SessionStore.entries`,
+  :meth:`~SessionStore.path`, :meth:`~SessionStore.children`: one pass in large reads), checked
+  to be the entry indexed there, and equal to it as a reopen would read it (JSON values: a tuple
+  appended reads back as a list). The live turn path reads nothing back: the model input holds
+  its entries, and the turn-start walks read :meth:`~SessionStore.path_ids` and
+  :meth:`~SessionStore.type_of` and get only what they need. A line changed in place (sessions are
+  append-only) is a :class:`~soba_notebook.errors.SessionError` naming it, never a wrong entry.
 """
 
 from __future__ import annotations
@@ -50,7 +62,7 @@ from .jsonl import FORMAT_VERSION, open_session_file, parse_header, parse_lines,
 from .lease import WriterLease
 from .payloads import leaf_data
 
-__all__ = ["FORMAT_VERSION", "BatchEntryError", "SessionStore"]
+__all__ = ["FORMAT_VERSION", "KEPT_ENTRIES", "BatchEntryError", "SessionStore"]
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
