@@ -101,7 +101,9 @@ class SessionStore:
         # Whole entries: the newest indexed and the latest read back (strong, bounded unless
         # _keep is None), and any other that someone still holds (weak: one object per entry).
         self._kept: OrderedDict[str, Entry] = OrderedDict()
-        self._held: weakref.WeakValueDictionary[str, Entry] = weakref.WeakValueDictionary()
+        # (plain weak references, no callbacks: the dead ones are swept when the map has doubled)
+        self._held: dict[str, weakref.ref[Entry]] = {}
+        self._sweep_at = _SWEEP_MIN
         #: entries read back from the file so far (a test counts them)
         self.read_back = 0
         self._leaf: str | None = None
@@ -304,8 +306,21 @@ class SessionStore:
         kept = self._kept
         kept[eid] = entry
         if self._keep is not None and len(kept) > self._keep:
-            old_id, old = kept.popitem(last=False)
-            self._held[old_id] = old
+            self._hold_weakly(*kept.popitem(last=False))
+
+    def _hold_weakly(self, eid: str, entry: Entry) -> None:
+        """Remember ``entry`` for as long as someone else holds it (under the mutex: a sweep
+        iterates the map)."""
+        held = self._held
+        held[eid] = weakref.ref(entry)
+        if len(held) > self._sweep_at:
+            for gone in [k for k, ref in held.items() if ref() is None]:
+                del held[gone]
+            self._sweep_at = max(2 * len(held), _SWEEP_MIN)  # amortized O(1) an entry
+
+    def _held_entry(self, eid: str) -> Entry | None:
+        ref = self._held.get(eid)
+        return ref() if ref is not None else None
 
     def _reject(self, entry: Entry) -> bool:
         eid = entry.id
@@ -386,7 +401,7 @@ class SessionStore:
         entry = self._kept.get(entry_id)
         if entry is not None:
             return entry
-        entry = self._held.get(entry_id)
+        entry = self._held_entry(entry_id)
         if entry is not None:
             return entry
         pos = self._pos.get(entry_id)
@@ -444,12 +459,12 @@ class SessionStore:
         """The entries at ``positions`` (in that order): held ones as they are, the others read
         back in one pass over the file and then held weakly (the same object while the caller
         keeps it)."""
-        ids, kept, held = self._ids, self._kept, self._held
+        ids, kept, held = self._ids, self._kept, self._held_entry
         out: list[Entry] = []
         missing: list[int] = []  # indexes into out of the entries to read back
         for i in positions:
             eid = ids[i]
-            entry = kept.get(eid) or held.get(eid)
+            entry = kept.get(eid) or held(eid)
             if entry is None:
                 missing.append(len(out))
                 entry = _PLACEHOLDER
@@ -457,9 +472,9 @@ class SessionStore:
         if missing:
             with self._mutex:
                 found = self._read_back([positions[k] for k in missing])
-            for k, entry in zip(missing, found, strict=True):
-                out[k] = entry
-                held[ids[positions[k]]] = entry
+                for k, entry in zip(missing, found, strict=True):
+                    out[k] = entry
+                    self._hold_weakly(ids[positions[k]], entry)
         return out
 
     def _read_back(self, positions: Sequence[int]) -> list[Entry]:
@@ -469,9 +484,17 @@ class SessionStore:
         order = sorted(range(len(positions)), key=lambda k: self._offsets[positions[k]])
         raws = self._raw_lines([positions[k] for k in order])
         out: list[Entry] = [_PLACEHOLDER] * len(positions)
-        parsed = dict(parse_lines(self.file, b"\n".join(raws) + b"\n", 0, self._changed))
-        for n, k in enumerate(order):  # parsed in one batch: one object per distinct key, as at open
-            out[k] = self._checked(positions[k], parsed.get(n))
+        paused = gc.isenabled() and len(positions) > 1_000  # as at open: nothing read here forms a cycle
+        if paused:
+            gc.disable()
+        try:
+            parsed = dict(parse_lines(self.file, b"\n".join(raws) + b"\n", 0, self._changed))
+            del raws
+            for n, k in enumerate(order):  # parsed in one batch: one object per distinct key, as at open
+                out[k] = self._checked(positions[k], parsed.pop(n, None))
+        finally:
+            if paused:
+                gc.enable()
         self.read_back += len(positions)
         return out
 
@@ -748,6 +771,9 @@ def _line_starts(region: bytes) -> list[int]:
         nl = find(b"\n", nl + 1)
     return starts
 
+
+#: the fewest weak references a store keeps before it sweeps out those whose entries are gone
+_SWEEP_MIN = 1024
 
 #: stands for an entry still to be read back, in a list being filled
 _PLACEHOLDER = Entry("placeholder")
