@@ -18,7 +18,8 @@ from soba_notebook.agent.approval import Rule
 from soba_notebook.agent.approval_gate import ApprovalGate, rules_on_path
 from soba_notebook.config import ToolsConfig
 from soba_notebook.errors import SessionError, SessionWarning
-from soba_notebook.session import Entry, SessionStore, ToolCall, assistant_message, tool_result, user_message
+from soba_notebook.relearn import reported_replies
+from soba_notebook.session import Entry, SessionStore, ToolCall, Usage, assistant_message, tool_result, user_message
 from soba_notebook.session import store as store_module
 from soba_notebook.session.memory_store import MemoryStore
 
@@ -180,3 +181,22 @@ def test_turn_start_reads_back_only_the_approval_entries_it_has_not_read(tmp_pat
     store.rewind(branch)  # before the later rule: it no longer holds
     gate.follow(store)
     assert gate.rules == (rule,) == rules_on_path(store.path())
+
+
+def test_the_walk_for_reported_replies_reads_back_only_assistant_messages(tmp_path: Path, few_kept: None) -> None:
+    store = SessionStore.create(tmp_path, session_id="replies")
+    for i in range(30):
+        _turn(store, i)  # two assistant replies a turn, neither with reported usage (an offline model)
+        if i in (3, 17):
+            store.append(assistant_message(f"reported {i}", usage=Usage(input=100 + i), model="m"))
+    path = store.path_ids()
+    naive = [p for p in range(len(path) - 1, -1, -1)
+             if store.get(path[p]).role == "assistant" and store.get(path[p]).usage is not None
+             and store.get(path[p]).usage.reported]  # type: ignore[union-attr]
+    reads = store.read_back
+    replies, low = reported_replies(store, path, 32)
+    assert replies == naive and len(replies) == 2 and low == 0
+    assistants = sum(1 for eid in path if store.role_of(eid) == "assistant")
+    assert assistants == len(path) - 60  # 30 questions and 30 tool results besides them
+    assert store.read_back - reads <= assistants  # never a question or a tool result
+    assert reported_replies(store, path, 1) == (naive[:1], naive[0])  # stops at the newest one

@@ -23,18 +23,10 @@ What this module guarantees:
 * **Clear errors.** A missing header, a non-JSON line, a parent that points nowhere: the message
   names the file and the line. Nothing is silently dropped: skipped lines are listed in
   :attr:`SessionStore.problems`.
-* **Flat memory.** A long session does not keep its transcript in memory. For every entry the
-  store keeps a small record (id, parent, type, the byte offset and length of its line, its line
-  number), and whole :class:`~.entries.Entry` objects only for the newest :data:`KEPT_ENTRIES`
-  indexed or read back, plus any entry someone else still holds (weakly: the model input's
-  entries, a caller's list), which stays the same object. Any other entry is read back from its
-  line when asked (:meth:`SessionStore.get`: one ``pread``; :meth:`~SessionStore.entries`,
-  :meth:`~SessionStore.path`, :meth:`~SessionStore.children`: one pass in large reads), checked
-  to be the entry indexed there, and equal to it as a reopen would read it (JSON values: a tuple
-  appended reads back as a list). The live turn path reads nothing back: the model input holds
-  its entries, and the turn-start walks read :meth:`~SessionStore.path_ids` and
-  :meth:`~SessionStore.type_of` and get only what they need. A line changed in place (sessions are
-  append-only) is a :class:`~soba_notebook.errors.SessionError` naming it, never a wrong entry.
+* **Flat memory.** A long session does not keep its transcript in memory: a small record per
+  entry, whole entries only for the newest and for those someone else holds; any other entry is
+  read back from its line by byte offset when asked (:mod:`.records`). The live turn reads
+  nothing back.
 """
 
 from __future__ import annotations
@@ -46,10 +38,7 @@ import os
 import threading
 import time
 import warnings
-import weakref
-from array import array
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -58,26 +47,22 @@ from ..errors import SessionError, SessionHeldError, SessionLockedError, Session
 from ..locking import lock_exclusive, lock_shared, unlock
 from ..surrogates import clean_surrogates
 from .entries import Entry, new_id, now_iso
-from .jsonl import FORMAT_VERSION, open_session_file, parse_header, parse_lines, quarantine
+from .jsonl import FORMAT_VERSION, line_starts, open_session_file, parse_header, parse_lines, quarantine
 from .lease import WriterLease
 from .payloads import leaf_data
+from .records import KEPT_ENTRIES, EntryQueries, EntryRecords
 
 __all__ = ["FORMAT_VERSION", "KEPT_ENTRIES", "BatchEntryError", "SessionStore"]
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
-#: How much of a session file :meth:`SessionStore.open` reads and parses at a time (and how much
-#: a read back of many entries reads at once).
+#: How much of a session file :meth:`SessionStore.open` reads and parses at a time.
 OPEN_CHUNK_BYTES = 8 << 20
 
-#: How many whole entries a file store keeps in memory by itself: the newest it indexed and the
-#: ones most recently read back. Beyond them it keeps only the entries someone else still holds
-#: (the model input's, a caller's list); every other entry is read back from the file when asked.
-KEPT_ENTRIES = 512
 
-
-class SessionStore:
-    """An open session file: its entries, their tree, and the current leaf."""
+class SessionStore(EntryQueries):
+    """An open session file: its entries, their tree, and the current leaf (the queries that read
+    entries by their records: :class:`~.records.EntryQueries`)."""
 
     #: whole entries kept beyond those held elsewhere (None: every one, for a store with no file)
     _keep: int | None = KEPT_ENTRIES
@@ -89,29 +74,13 @@ class SessionStore:
         self.fsync = fsync
         self.lock_timeout = lock_timeout
         self._clock = clock
-        # One small record per entry, by position in file order: what the tree, the leaf and a
-        # read back need. The id and parent strings are shared objects (a parent's is its own id).
-        self._pos: dict[str, int] = {}
-        self._ids: list[str] = []
-        self._parents: list[str | None] = []
-        self._types: list[str] = []
-        self._offsets = array("q")  # where the entry's line starts in the file; -1: in memory only
-        self._sizes = array("q")  # the line's bytes, its newline excluded
-        self._lines = array("q")
-        # Whole entries: the newest indexed and the latest read back (strong, bounded unless
-        # _keep is None), and any other that someone still holds (weak: one object per entry).
-        self._kept: OrderedDict[str, Entry] = OrderedDict()
-        # (plain weak references, no callbacks: the dead ones are swept when the map has doubled)
-        self._held: dict[str, weakref.ref[Entry]] = {}
-        self._sweep_at = _SWEEP_MIN
-        #: entries read back from the file so far (a test counts them)
-        self.read_back = 0
+        self._mutex = threading.RLock()
+        self._rec = EntryRecords(file, self._keep, self._mutex)  # records; entries kept whole
         self._leaf: str | None = None
         self._path_ids: list[str] | None = []
         self._offset = 0  # bytes consumed: always just after a newline (or 0)
         self._line_no = 0
         self._needs_newline = False  # a torn tail was skipped; next write starts a fresh line
-        self._mutex = threading.RLock()
         self.problems: list[str] = []
         #: increases on every change of entries or leaf; a cheap staleness token
         self.version = 0
@@ -193,7 +162,7 @@ class SessionStore:
         paused = gc.isenabled() and lines > 1_000
         if paused:
             gc.disable()
-        starts = _line_starts(region)
+        starts = line_starts(region)
         at = base + start
         try:
             for line_no, obj in parse_lines(self.file, region, first_line, self._problem):
@@ -265,7 +234,8 @@ class SessionStore:
         """Record ``entry`` (its line at ``offset``, ``size`` bytes; -1: nowhere to read it back)
         and move the leaf; False when it is refused (no id, a duplicate)."""
         eid = entry.id
-        pos = self._pos
+        rec = self._rec
+        pos = rec.pos
         if eid.__class__ is not str or not eid or eid in pos:
             return self._reject(entry)
         parent = entry.parent_id
@@ -275,15 +245,8 @@ class SessionStore:
                 self._problem(f"{self.file}:{entry.line}: parentId {parent!r} of entry {eid!r} points to no "
                               f"earlier entry; it is kept as the root of its own branch")
             else:
-                parent = self._ids[at]  # the parent's own id object: one string per id in the records
-        self._ids.append(eid)
-        self._parents.append(parent)
-        self._types.append(entry.type)
-        self._offsets.append(offset)
-        self._sizes.append(size)
-        self._lines.append(entry.line or 0)
-        pos[eid] = len(self._ids) - 1  # last: a reader that finds the id finds its record
-        self._keep_whole(eid, entry)
+                parent = rec.ids[at]  # the parent's own id object: one string per id in the records
+        rec.add(entry, eid, parent, offset, size)
         if entry.type == "leaf":
             target = leaf_data(entry).get("targetId")
             if isinstance(target, str) and target in pos:
@@ -300,35 +263,13 @@ class SessionStore:
         self._leaf = eid
         return True
 
-    def _keep_whole(self, eid: str, entry: Entry) -> None:
-        """Keep ``entry`` as one of the newest; the oldest kept one is then held only weakly (it
-        stays the same object for as long as anyone else holds it, and is read back after)."""
-        kept = self._kept
-        kept[eid] = entry
-        if self._keep is not None and len(kept) > self._keep:
-            self._hold_weakly(*kept.popitem(last=False))
-
-    def _hold_weakly(self, eid: str, entry: Entry) -> None:
-        """Remember ``entry`` for as long as someone else holds it (under the mutex: a sweep
-        iterates the map)."""
-        held = self._held
-        held[eid] = weakref.ref(entry)
-        if len(held) > self._sweep_at:
-            for gone in [k for k, ref in held.items() if ref() is None]:
-                del held[gone]
-            self._sweep_at = max(2 * len(held), _SWEEP_MIN)  # amortized O(1) an entry
-
-    def _held_entry(self, eid: str) -> Entry | None:
-        ref = self._held.get(eid)
-        return ref() if ref is not None else None
-
     def _reject(self, entry: Entry) -> bool:
         eid = entry.id
         if not isinstance(eid, str) or not eid:
             self._problem(f"{self.file}:{entry.line}: entry of type {entry.type!r} has no id; skipped")
         else:
             self._problem(f"{self.file}:{entry.line}: duplicate entry id {eid!r} (first on line "
-                          f"{self._lines[self._pos[eid]]}); the later line is ignored")
+                          f"{self._rec.lines[self._rec.pos[eid]]}); the later line is ignored")
         return False
 
     def _set_leaf(self, target: str | None) -> None:
@@ -369,62 +310,13 @@ class SessionStore:
     def leaf(self) -> Entry | None:
         return self.get(self._leaf) if self._leaf else None
 
-    def entries(self) -> list[Entry]:
-        """Every entry in file order (header excluded), unknown types included; those the store
-        no longer holds are read back from the file (in large sequential reads)."""
-        return self._whole(range(len(self._ids)))
-
-    def entries_of_type(self, kind: str) -> list[Entry]:
-        """The entries of type ``kind`` in file order; only they are read back, never the rest."""
-        types = self._types
-        return self._whole([i for i in range(len(types)) if types[i] == kind])
-
-    def type_of(self, entry_id: str) -> str:
-        """The type of entry ``entry_id``, from its record: nothing is read back."""
-        try:
-            return self._types[self._pos[entry_id]]
-        except KeyError:
-            raise SessionError(f"{self.file}: no entry with id {entry_id!r}") from None
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def __iter__(self) -> Iterator[Entry]:
-        return iter(self.entries())
-
-    def __contains__(self, entry_id: object) -> bool:
-        return entry_id in self._pos
-
-    def get(self, entry_id: str) -> Entry:
-        """The entry ``entry_id``: the object the store or anyone else still holds, else read back
-        from its line (one read) and kept among the most recent."""
-        entry = self._kept.get(entry_id)
-        if entry is not None:
-            return entry
-        entry = self._held_entry(entry_id)
-        if entry is not None:
-            return entry
-        pos = self._pos.get(entry_id)
-        if pos is None:
-            raise SessionError(f"{self.file}: no entry with id {entry_id!r}")
-        with self._mutex:
-            entry = self._read_back([pos])[0]
-            self._keep_whole(entry_id, entry)
-        return entry
-
-    def children(self, entry_id: str | None) -> list[Entry]:
-        """Entries whose parent is ``entry_id`` (None: the roots), in file order. O(entries),
-        reading back only the children."""
-        parents = self._parents
-        return self._whole([i for i in range(len(parents)) if parents[i] == entry_id])
-
     def path(self, leaf_id: str | None = None) -> list[Entry]:
         """Entries from the root to ``leaf_id`` (default: the current leaf), in order. Those the
         store no longer holds are read back: a live caller reads :meth:`path_ids` and gets only
         the entries it needs."""
         ids = self._walk(leaf_id) if leaf_id is not None and leaf_id != self._leaf else self._current_path()
-        pos = self._pos
-        return self._whole([pos[i] for i in ids])
+        pos = self._rec.pos
+        return self._rec.whole([pos[i] for i in ids])
 
     def path_ids(self) -> list[str]:
         """Ids on the current root-to-leaf path. The list is shared: read it, never mutate it.
@@ -441,7 +333,7 @@ class SessionStore:
         return self._path_ids
 
     def _walk(self, leaf_id: str) -> list[str]:
-        pos, parents = self._pos, self._parents
+        pos, parents = self._rec.pos, self._rec.parents
         if leaf_id not in pos:
             raise SessionError(f"{self.file}: no entry with id {leaf_id!r}")
         ids: list[str] = []
@@ -454,90 +346,6 @@ class SessionStore:
         ids.reverse()
         return ids
 
-    # -- reading entries back ----------------------------------------------------------------
-    def _whole(self, positions: Sequence[int]) -> list[Entry]:
-        """The entries at ``positions`` (in that order): held ones as they are, the others read
-        back in one pass over the file and then held weakly (the same object while the caller
-        keeps it)."""
-        ids, kept, held = self._ids, self._kept, self._held_entry
-        out: list[Entry] = []
-        missing: list[int] = []  # indexes into out of the entries to read back
-        for i in positions:
-            eid = ids[i]
-            entry = kept.get(eid) or held(eid)
-            if entry is None:
-                missing.append(len(out))
-                entry = _PLACEHOLDER
-            out.append(entry)
-        if missing:
-            with self._mutex:
-                found = self._read_back([positions[k] for k in missing])
-                for k, entry in zip(missing, found, strict=True):
-                    out[k] = entry
-                    self._hold_weakly(ids[positions[k]], entry)
-        return out
-
-    def _read_back(self, positions: Sequence[int]) -> list[Entry]:
-        """The entries at ``positions`` parsed again from their lines, in that order. They are read
-        in file order, in spans of up to :data:`OPEN_CHUNK_BYTES` when there are several, so
-        reading back a whole session is one pass over the file, like opening it."""
-        order = sorted(range(len(positions)), key=lambda k: self._offsets[positions[k]])
-        raws = self._raw_lines([positions[k] for k in order])
-        out: list[Entry] = [_PLACEHOLDER] * len(positions)
-        paused = gc.isenabled() and len(positions) > 1_000  # as at open: nothing read here forms a cycle
-        if paused:
-            gc.disable()
-        try:
-            parsed = dict(parse_lines(self.file, b"\n".join(raws) + b"\n", 0, self._changed))
-            del raws
-            for n, k in enumerate(order):  # parsed in one batch: one object per distinct key, as at open
-                out[k] = self._checked(positions[k], parsed.pop(n, None))
-        finally:
-            if paused:
-                gc.enable()
-        self.read_back += len(positions)
-        return out
-
-    def _raw_lines(self, positions: list[int]) -> list[bytes]:
-        """The bytes of the lines at ``positions`` (in increasing offsets), newline excluded."""
-        offsets, sizes = self._offsets, self._sizes
-        span = OPEN_CHUNK_BYTES if len(positions) > 1 else 0
-        raws: list[bytes] = []
-        try:
-            fd = os.open(self.file, os.O_RDONLY)
-        except OSError as exc:
-            raise SessionError(f"{self.file}: cannot read session file ({exc.strerror})") from None
-        try:
-            buf, buf_at = b"", 0
-            for i in positions:
-                at, size = offsets[i], sizes[i]
-                if at < 0:
-                    raise SessionError(f"{self.file}: entry {self._ids[i]!r} lives in memory only and is no longer "
-                                       f"held; it cannot be read back")
-                if at < buf_at or at + size > buf_at + len(buf):
-                    buf, buf_at = os.pread(fd, max(size, span), at), at
-                raws.append(buf[at - buf_at:at - buf_at + size])
-        except OSError as exc:
-            raise SessionError(f"{self.file}: cannot read session file ({exc.strerror})") from None
-        finally:
-            os.close(fd)
-        return raws
-
-    def _changed(self, message: str) -> None:
-        """A line read back no longer parses: the file was changed in place."""
-        raise SessionError(f"{self.file}: an entry read back from the file no longer reads as it did when the "
-                           f"session was opened; the file was changed in place (sessions are append-only): "
-                           f"{message}")
-
-    def _checked(self, i: int, obj: Any) -> Entry:
-        """The entry at position ``i`` from its line's parsed value, checked to be the entry indexed there."""
-        eid = self._ids[i]
-        if obj.__class__ is not dict or obj.get("id") != eid or obj.get("type") != self._types[i]:
-            raise SessionError(f"{self.file}:{self._lines[i]}: the line of entry {eid!r} no longer reads as it did "
-                               f"when the session was opened; the file was changed in place (sessions are "
-                               f"append-only)")
-        return Entry.from_parsed(obj, self._lines[i])
-
     # -- writing -----------------------------------------------------------------------------
     def _stamped(self, entry: Entry, expect_leaf: str | object | None) -> Entry:
         """``entry`` with its id, parent (the leaf when it names none) and time, once the leaf is
@@ -547,7 +355,7 @@ class SessionStore:
                                  f"{expect_leaf!r}; nothing was appended")
         entry = entry.with_ids(entry.id or new_id(), entry.parent_id if entry.parent_id is not None else self._leaf,
                                entry.ts or now_iso(self._clock() if self._clock else None))
-        if entry.id in self._pos:
+        if entry.id in self._rec.pos:
             raise SessionError(f"{self.file}: entry id {entry.id!r} already exists")
         return entry
 
@@ -650,7 +458,7 @@ class SessionStore:
             if entry.id is None or (entry.parent_id is None and leaf is not None) or not entry.ts:
                 entry = entry.with_ids(eid, entry.parent_id if entry.parent_id is not None else leaf,
                                        entry.ts or stamp)
-            if eid in self._pos or eid in batch_ids:
+            if eid in self._rec.pos or eid in batch_ids:
                 raise SessionError(f"{self.file}: entry {i} of the batch: id {entry.id!r} already exists; "
                                    f"nothing was appended")
             try:
@@ -665,7 +473,7 @@ class SessionStore:
             filled.append(entry)
             if entry.type == "leaf":
                 target = leaf_data(entry).get("targetId")
-                leaf = target if isinstance(target, str) and (target in self._pos or target in batch_ids) else None
+                leaf = target if isinstance(target, str) and (target in self._rec.pos or target in batch_ids) else None
             else:
                 leaf = entry.id
         sizes = [len(part) for part in parts[len(parts) - len(filled):]]
@@ -728,7 +536,7 @@ class SessionStore:
         """Move the leaf to ``entry_id`` by appending a ``leaf`` entry; no earlier line changes."""
         from .entries import leaf_marker
 
-        if entry_id not in self._pos:
+        if entry_id not in self._rec.pos:
             raise SessionError(f"{self.file}: cannot rewind to {entry_id!r}: no such entry in this session")
         return self.append(leaf_marker(entry_id, reason))
 
@@ -758,25 +566,6 @@ class SessionStore:
                 unlock(fd)
         finally:
             os.close(fd)
-
-
-def _line_starts(region: bytes) -> list[int]:
-    """Where each line of ``region`` starts, and one past its last newline: line ``k`` is
-    ``region[starts[k]:starts[k + 1] - 1]``."""
-    starts = [0]
-    find = region.find
-    nl = find(b"\n")
-    while nl >= 0:
-        starts.append(nl + 1)
-        nl = find(b"\n", nl + 1)
-    return starts
-
-
-#: the fewest weak references a store keeps before it sweeps out those whose entries are gone
-_SWEEP_MIN = 1024
-
-#: stands for an entry still to be read back, in a list being filled
-_PLACEHOLDER = Entry("placeholder")
 
 
 class BatchEntryError(SessionError):
