@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import random
@@ -46,6 +47,7 @@ from soba_notebook.config import load_config
 from soba_notebook.demo.scripted import ScriptedModel
 from soba_notebook.providers.base import ModelRequest, ModelResponse
 from soba_notebook.session import entries as session_entries
+from soba_notebook.session.entries import Entry
 
 #: the small window of the soak: a compaction every few turns
 CONFIG = {"model": {"contextWindow": 16000, "maxOutputTokens": 1000},
@@ -131,6 +133,8 @@ class SoakResult:
     counts_kept: int = 0  # running token totals the model input holds at the end
     tracker_counts: int = 0  # the budget tracker's running totals at the end
     capsule_costs: int = 0  # rendered capsule sizes the engine keeps at the end
+    entries_alive: int = 0  # Entry objects alive at the end, less those before the run (the store's and everyone's)
+    read_back: int = 0  # entries the session store read back from its file during the run
 
     def block_mean(self, start: int, size: int = 100) -> float:
         return statistics.fmean(self.seconds[start:start + size])
@@ -165,6 +169,7 @@ def soak(directory: Path, turns: int, *, warmup: int = 100, config: Mapping[str,
     if checkpoint_ids is not None:
         agent.engine.new_checkpoint_id = checkpoint_ids
     result = SoakResult(warmup=warmup, hard_limit=loaded.hard_limit)
+    alive_before = entries_alive()  # a test process may hold other sessions' entries
     try:
         for turn in range(turns):
             tools.replay = turn >= warmup // 2  # the scripted project is built long before this
@@ -179,7 +184,9 @@ def soak(directory: Path, turns: int, *, warmup: int = 100, config: Mapping[str,
             result.largest_model_input = max(result.largest_model_input, len(agent.engine.inputs.context_entries()))
             if progress is not None:
                 progress(turn, result)
-        result.compactions = sum(1 for e in handle.store.entries() if e.type == "capsule")
+        result.entries_alive = entries_alive() - alive_before
+        result.read_back = handle.store.read_back
+        result.compactions = len(handle.store.entries_of_type("capsule"))
         result.requests, result.oversized, result.largest_request = model.requests, model.oversized, model.largest
         result.session_entries, result.session_bytes = len(handle.store), handle.store.file.stat().st_size
         result.counts_kept = len(agent.engine.inputs.cumulative_tokens())
@@ -189,6 +196,11 @@ def soak(directory: Path, turns: int, *, warmup: int = 100, config: Mapping[str,
         if seed is not None:
             session_entries._urandom = os.urandom  # type: ignore[attr-defined]
     return result
+
+
+def entries_alive() -> int:
+    """How many transcript entries are whole objects in this process (held by anyone)."""
+    return sum(1 for obj in gc.get_objects() if obj.__class__ is Entry)
 
 
 def reason_kinds(not_completed: Sequence[tuple[int, str, str]]) -> Counter[str]:
@@ -244,8 +256,9 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{r.largest_request:,} tokens")
     grown = len(r.seconds) - r.warmup
     print(f"VmRSS growth a turn after warm-up {(rss_end - rss_start) / grown:,.1f} KiB; the session file grows "
-          f"{r.session_bytes / len(r.seconds) / 1024:,.1f} KiB a turn ({r.session_bytes / 2**20:,.1f} MiB in all): "
-          f"SessionStore keeps every entry in memory")
+          f"{r.session_bytes / len(r.seconds) / 1024:,.1f} KiB a turn ({r.session_bytes / 2**20:,.1f} MiB in all)")
+    print(f"entries whole in memory at the end: {r.entries_alive:,} of {r.session_entries:,}; read back from the "
+          f"file during the run: {r.read_back:,}")
     print(f"session: {r.session_entries:,} entries; model input at most {r.largest_model_input:,} entries; "
           f"running token totals at the end: {r.counts_kept:,} with the model input, "
           f"{r.tracker_counts:,} in the budget tracker; rendered capsule sizes kept: {r.capsule_costs:,}")

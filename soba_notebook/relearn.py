@@ -27,10 +27,13 @@ from .session.payloads import capsule_data
 from .session.store import SessionStore
 from .tokens import REPLY_PRIMING, TokenCounter
 
-__all__ = ["RELEARN_REPLIES", "Relearned", "relearn_calibration"]
+__all__ = ["RELEARN_REPLIES", "Relearned", "relearn_calibration", "reported_replies"]
 
 #: how many of the latest replies with reported usage are replayed (0.9 ** 32: under 4% weight left)
 RELEARN_REPLIES = 32
+
+#: assistant replies read back at a time by :func:`reported_replies`
+_REPLIES_READ = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +55,7 @@ def relearn_calibration(store: SessionStore, counter: TokenCounter, *, base_toke
     """
     path = store.path_ids()
     get = store.get
-    replies: list[int] = []
-    low = len(path)
-    while low > 0 and len(replies) < limit:
-        low -= 1
-        entry = get(path[low])
-        if entry.role == "assistant" and entry.usage is not None and entry.usage.reported:
-            replies.append(low)
+    replies, low = reported_replies(store, path, limit)
     if not replies:
         return Relearned(0, None)
     latest: dict[str, int] = {}  # context key -> position of its latest reply replayed so far
@@ -80,6 +77,33 @@ def relearn_calibration(store: SessionStore, counter: TokenCounter, *, base_toke
     at = _request_raw(path, replies[0], get, counter, base_tokens, capsule_tokens, 0)
     anchor = (newest.usage.prompt_tokens, at) if newest.usage is not None and at is not None else None
     return Relearned(offered, anchor)
+
+
+def reported_replies(store: SessionStore, path: list[str], limit: int) -> tuple[list[int], int]:
+    """Positions on ``path`` of the last ``limit`` assistant replies with provider-reported usage,
+    newest first, and the lowest position looked at (that of the last one found, or 0).
+
+    Only assistant messages are read (their role is in the store's records), a block at a time
+    from the leaf back: a long session whose replies report no usage (an offline model) is walked
+    to its root, and the store reads old entries back from the file, so one at a time that walk
+    cost many times what holding every entry in memory did.
+    """
+    replies: list[int] = []
+    role_of = store.role_of
+    low = len(path)
+    while low > 0 and len(replies) < limit:
+        candidates: list[int] = []
+        while low > 0 and len(candidates) < _REPLIES_READ:
+            low -= 1
+            if role_of(path[low]) == "assistant":
+                candidates.append(low)
+        for pos, entry in zip(candidates, store.get_many([path[i] for i in candidates]), strict=True):
+            usage = entry.usage
+            if usage is not None and usage.reported:
+                replies.append(pos)
+                if len(replies) == limit:
+                    return replies, pos
+    return replies, low
 
 
 def _key(entry: Entry) -> str:

@@ -14,6 +14,7 @@ from soba_notebook.agent import AgentRuntime
 from soba_notebook.agent.loop import Agent
 from soba_notebook.analysis import _common
 from soba_notebook.config import load_config
+from soba_notebook.errors import SessionWarning
 from soba_notebook.session import Entry, SessionStore
 from soba_notebook.session import context as model_context
 
@@ -26,9 +27,21 @@ def test_the_capsule_validity_cache_keeps_only_the_most_recently_checked_entries
     monkeypatch.setattr(model_context, "_CAPSULE_OK", type(model_context._CAPSULE_OK)())
     entries = [Entry("capsule", {"state": {"goal": f"g{i}"}}, id=f"c{i}") for i in range(10)]
     assert all(model_context.capsule_is_usable(e) for e in entries)
-    kept = [entry for entry, _ in model_context._CAPSULE_OK.values()]
+    kept = [ref() for ref, _ in model_context._CAPSULE_OK.values()]
     assert kept == entries[-4:]  # the six older entries are no longer held
     assert model_context.capsule_is_usable(entries[0]) and len(model_context._CAPSULE_OK) == 4
+
+
+def test_the_capsule_validity_cache_keeps_no_capsule_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(model_context, "_CAPSULE_OK", type(model_context._CAPSULE_OK)())
+    entry = Entry("capsule", {"state": {"goal": "g"}}, id="c")
+    assert model_context.capsule_is_usable(entry)
+    ref = next(iter(model_context._CAPSULE_OK.values()))[0]
+    del entry
+    assert ref() is None  # the session store reads an old capsule back; the cache must not pin it
+    again = Entry("capsule", {"state": {"goal": 1}}, id="c")  # invalid: checked, not the old answer
+    with pytest.warns(SessionWarning, match="capsule entry c is invalid"):
+        assert not model_context.capsule_is_usable(again)
 
 
 def test_imported_transcripts_beyond_the_limit_are_forgotten_and_their_directories_removed(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -34,25 +33,11 @@ def test_entries_read_from_a_file_share_one_object_per_type_and_role(tmp_path: P
     assert len({id(e.role) for e in entries if e.role == "tool"}) == 1
 
 
-class _CountingDict(dict[str, Any]):
-    lookups = 0
-
-    def __getitem__(self, key: str) -> Any:
-        _CountingDict.lookups += 1
-        return super().__getitem__(key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        _CountingDict.lookups += 1
-        return super().get(key, default)
-
-
-def test_the_model_input_of_a_just_opened_session_looks_up_no_entry_by_id(tmp_path: Path) -> None:
+def test_the_model_input_of_a_just_opened_session_reads_no_entry_back_from_the_file(tmp_path: Path) -> None:
     store = SessionStore.open(_session(tmp_path))
-    store._by_id = _CountingDict(store._by_id)
-    _CountingDict.lookups = 0
     context = build_context(store.path())
     assert len(context.messages) == 80
-    assert _CountingDict.lookups == 0  # the path is kept as entries, not looked up id by id
+    assert store.read_back == 0  # the newest entries are kept whole at open: nothing read twice
     assert [e.id for e in store.path()] == store.path_ids()
 
 

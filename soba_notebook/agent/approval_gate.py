@@ -22,7 +22,7 @@ import asyncio
 import difflib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..cancel import CancelToken, abandon
 from ..config import ToolsConfig
@@ -31,6 +31,9 @@ from ..session.entries import Entry, ToolCall
 from . import workspace as ws
 from .approval import ApprovalRequest, Approver, Decision, Rule, matches, needs_approval, suggested_rules
 from .tools import ToolOutcome
+
+if TYPE_CHECKING:
+    from ..session.store import SessionStore
 
 __all__ = ["DIFF_LIMIT", "ApprovalGate", "approval_entry", "mode_hint", "rules_on_path"]
 
@@ -61,13 +64,18 @@ def rules_on_path(path: Iterable[Entry]) -> tuple[Rule, ...]:
     """The session rules the ``approval`` entries on ``path`` added, in order, each once."""
     found: list[Rule] = []
     for entry in path:
-        if entry.type != "approval" or entry.data.get("verdict") != "session":
-            continue
-        for raw in entry.data.get("rules") or ():
-            rule = Rule.from_json(raw)
-            if rule is not None and rule not in found:
-                found.append(rule)
+        _add_rules(found, entry)
     return tuple(found)
+
+
+def _add_rules(found: list[Rule], entry: Entry) -> None:
+    """Add to ``found`` the session rules ``entry`` (an ``approval`` with that verdict) added."""
+    if entry.type != "approval" or entry.data.get("verdict") != "session":
+        return
+    for raw in entry.data.get("rules") or ():
+        rule = Rule.from_json(raw)
+        if rule is not None and rule not in found:
+            found.append(rule)
 
 
 def _subject(tool: str, arguments: Mapping[str, Any]) -> str:
@@ -135,10 +143,29 @@ class ApprovalGate:
         self._append = append
         self.approver = approver
         self.rules: tuple[Rule, ...] = ()
+        # what follow() read: the path list it saw, how far, and the rules found on it so far
+        self._followed: tuple[list[str], int, list[Rule]] | None = None
 
     def restore(self, path: Iterable[Entry]) -> None:
         """Take the session rules from the path (turn start: resume and rewind keep them right)."""
         self.rules = rules_on_path(path)
+        self._followed = None
+
+    def follow(self, store: SessionStore) -> None:
+        """:meth:`restore` from ``store``'s current path, reading only the ``approval`` entries on it
+        that it has not read yet: at a turn start after appends only, the new ones; after a leaf
+        move (a new :meth:`~SessionStore.path_ids` list), the path's approval entries again. Never
+        the whole path read back: the store keeps old entries on disk, and a turn stays O(1)."""
+        ids = store.path_ids()
+        seen_ids, seen, found = self._followed or (ids, 0, [])
+        if seen_ids is not ids or seen > len(ids):
+            seen, found = 0, []
+        type_of = store.type_of
+        for eid in ids[seen:]:
+            if type_of(eid) == "approval":
+                _add_rules(found, store.get(eid))
+        self._followed = (ids, len(ids), found)
+        self.rules = tuple(found)
 
     async def check(self, call: ToolCall, cancel: CancelToken) -> ToolOutcome | None:
         """``None``: the call may run. Otherwise the result it gets instead (denied, or cancelled)."""

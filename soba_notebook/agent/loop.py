@@ -164,7 +164,7 @@ class Agent:
             refresh_secrets=lambda: self.refresh_secrets(keep_known=True))
         #: asks before shell, python and writes as tools.approval says (approver: the notebook's card or prompt)
         self.approvals = ApprovalGate(self.workspace, lambda: self.config.tools, self._append, approver)
-        self.approvals.restore(store.path())
+        self.approvals.follow(store)
         #: a note that starts each turn (the notebook layer's: the user's own cells since the last turn)
         self.turn_note: Callable[[], str | None] | None = None
         self._provider_prepared = False
@@ -194,8 +194,12 @@ class Agent:
         self.tool_context.hidden_env = self._scrubber.names
 
     def _restore_skills(self) -> None:
-        for entry in reversed(self.store.path()):
-            changes = config_data(entry).get("changes") if entry.type == "config" else None
+        """The skills the latest config change on the path made active (only configs are read back)."""
+        ids, type_of = self.store.path_ids(), self.store.type_of
+        for i in range(len(ids) - 1, -1, -1):
+            if type_of(ids[i]) != "config":
+                continue
+            changes = config_data(self.store.get(ids[i])).get("changes")
             if isinstance(changes, Mapping) and isinstance(changes.get("activeSkills"), list):
                 self.skills.set_active(changes["activeSkills"])
                 return
@@ -273,7 +277,7 @@ class Agent:
         cancel = cancel or CancelToken()
         self.tool_context.cancel = cancel
         self.refresh_secrets()
-        self.approvals.restore(self.store.path())  # the session rules of the path as it is now (rewind)
+        self.approvals.follow(self.store)  # the session rules of the path as it is now (rewind)
         self.bus.emit("turn_start", **TurnStartPayload(session_id=self.store.id, prompt=prompt[:200],
                                                        provider=self.provider.label))
         run = _TurnRun()

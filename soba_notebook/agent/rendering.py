@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..budget import BudgetTracker
+from ..relearn import reported_replies
 from ..session.entries import Entry
 from ..session.store import SessionStore
 from ..tokens import MESSAGE_OVERHEAD, TokenCounter, arguments_as_sent, template_escapes
@@ -178,13 +179,7 @@ def relearn_rendering(store: SessionStore, learner: RenderingLearner) -> bool:
     one when the entries are counted alike. ``True`` when the counter now counts differently.
     """
     path = store.path_ids()
-    replies: list[int] = []
-    low = len(path)
-    while low > 0 and len(replies) <= SPANS:
-        low -= 1
-        entry = store.get(path[low])
-        if entry.role == "assistant" and entry.usage is not None and entry.usage.reported:
-            replies.append(low)
+    replies, _ = reported_replies(store, path, SPANS + 1)  # only assistant replies are read back
     latest: dict[str, int] = {}
     changed = False
     for pos in reversed(replies):  # oldest first

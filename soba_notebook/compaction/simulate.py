@@ -226,5 +226,5 @@ async def _replay(source: Sequence[Entry], store: MemoryStore, config: SobaConfi
         # entry per source entry, and its capsules) waited for a full collection, which then
         # scanned it inside whatever ran next. Emptied here, it is freed by reference counting as the replay ends.
         engine.__dict__.clear()
-    capsule_entries = tuple(e for e in store.entries() if e.type == "capsule")
+    capsule_entries = tuple(store.entries_of_type("capsule"))
     return SimulationResult(tuple(records), tuple(capsule_of(e) for e in capsule_entries), capsule_entries)

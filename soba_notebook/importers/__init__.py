@@ -156,8 +156,8 @@ def _import(data: bytes, source: Path, sessions_dir: str | os.PathLike[str], ses
     if converted.info:
         meta["importedInfo"] = dict(converted.info)
     store = SessionStore.create(sessions_dir, session_id=session_id, meta=meta)
-    where_by_id = _write(converted.entries, store, log, _derived_ids(digest))
-    written = store.entries()
+    written: list[Entry] = []  # what the appends returned: the store reads old entries back from the file
+    where_by_id = _write(converted.entries, store, log, _derived_ids(digest), written)
     pairs = _check_tool_pairs(written, where_by_id, log)
     messages = sum(1 for e in written if e.type == "message")
     report = ImportReport(
@@ -213,9 +213,11 @@ def _derived_ids(digest: str) -> Iterator[str]:
         yield hashlib.blake2b(f"{digest}:{n}".encode(), digest_size=8).hexdigest()
 
 
-def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog, fresh: Iterator[str]) -> dict[str, str]:
-    """Append ``planned`` to ``store`` in order; returns entry id -> source location. Entries
-    without a usable source id take the next unused one of ``fresh``.
+def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog, fresh: Iterator[str],
+           written: list[Entry]) -> dict[str, str]:
+    """Append ``planned`` to ``store`` in order (each entry as written added to ``written``);
+    returns entry id -> source location. Entries without a usable source id take the next
+    unused one of ``fresh``.
 
     An entry without a source timestamp gets the previous entry's (the first known one for
     leading entries), marked ``imported.tsInferred``, so ``ts`` stays in source order instead of
@@ -265,7 +267,7 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog, fres
         line += 1
         where_by_id[eid] = where
         if len(batch) >= _BATCH:
-            _flush(store, batch, where_by_id, log)
+            _flush(store, batch, where_by_id, log, written)
             line = store.next_line
         if ref is not None:
             refmap.setdefault(ref, eid)
@@ -275,9 +277,9 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog, fres
         tree_written = tree_written or tree
         if leaf_candidate:
             leaf_target = eid
-    _flush(store, batch, where_by_id, log)
+    _flush(store, batch, where_by_id, log, written)
     if leaf_target is not None and store.leaf_id != leaf_target:
-        store.rewind(leaf_target, reason="import")
+        written.append(store.rewind(leaf_target, reason="import"))
     return where_by_id
 
 
@@ -285,11 +287,13 @@ def _write(planned: Sequence[Planned], store: SessionStore, log: ImportLog, fres
 _BATCH = 2_000
 
 
-def _flush(store: SessionStore, batch: list[Entry], where_by_id: Mapping[str, str], log: ImportLog) -> None:
-    """Append ``batch`` in one go and empty it (``where_by_id``: each entry's source location)."""
+def _flush(store: SessionStore, batch: list[Entry], where_by_id: Mapping[str, str], log: ImportLog,
+           written: list[Entry]) -> None:
+    """Append ``batch`` in one go, add the entries as written to ``written`` and empty it
+    (``where_by_id``: each entry's source location)."""
     while batch:
         try:
-            store.append_many(batch)
+            written.extend(store.append_many(batch))
         except BatchEntryError as exc:
             if not isinstance(exc.__cause__, UnicodeEncodeError):
                 raise

@@ -124,7 +124,7 @@ def _from_entry(store: SessionStore, entry: Entry) -> PortableCapsule:
 
 
 def _capsule_entries(store: SessionStore) -> list[Entry]:
-    return [e for e in store.entries() if e.type == "capsule"]
+    return store.entries_of_type("capsule")  # read back from the file: only the capsules
 
 
 def find_checkpoint(store: SessionStore, ck: str, *, project_root: str | os.PathLike[str] | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,9 +41,11 @@ class ModelContext:
 
 
 #: capsule entry object -> whether its state is a valid capsule, for the most recently checked
-#: :data:`CAPSULE_CHECKS_KEPT` entries (the entry is held so its id cannot be reused meanwhile);
-#: beyond that the oldest is forgotten and would be checked again
-_CAPSULE_OK: OrderedDict[int, tuple[Entry, bool]] = OrderedDict()
+#: :data:`CAPSULE_CHECKS_KEPT` entries; beyond that the oldest is forgotten and would be checked
+#: again. The entry is referenced weakly: a cached answer is for that object only (never for
+#: another that reuses its ``id``), and the cache never keeps an old capsule alive (the session
+#: store reads old entries back from the file instead of holding them).
+_CAPSULE_OK: OrderedDict[int, tuple[weakref.ref[Entry], bool]] = OrderedDict()
 _CAPSULE_OK_LOCK = threading.Lock()
 CAPSULE_CHECKS_KEPT = 256
 
@@ -56,7 +59,7 @@ def capsule_is_usable(entry: Entry) -> bool:
     """
     with _CAPSULE_OK_LOCK:
         cached = _CAPSULE_OK.get(id(entry))
-        if cached is not None and cached[0] is entry:
+        if cached is not None and cached[0]() is entry:
             _CAPSULE_OK.move_to_end(id(entry))
             return cached[1]
     try:
@@ -68,7 +71,7 @@ def capsule_is_usable(entry: Entry) -> bool:
         warnings.warn(f"{where}capsule entry {entry.id} is invalid ({'; '.join(problems[:3])}); it is skipped for "
                       f"model input and the session compacts again when needed", SessionWarning, stacklevel=3)
     with _CAPSULE_OK_LOCK:
-        _CAPSULE_OK[id(entry)] = (entry, not problems)
+        _CAPSULE_OK[id(entry)] = (weakref.ref(entry), not problems)
         _CAPSULE_OK.move_to_end(id(entry))
         while len(_CAPSULE_OK) > CAPSULE_CHECKS_KEPT:
             _CAPSULE_OK.popitem(last=False)

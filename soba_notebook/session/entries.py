@@ -142,9 +142,12 @@ class Usage:
         return cls(num("input"), num("output"), num("cacheRead"), num("cacheWrite"), raw.get("counted") is True)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Entry:
     """One transcript line. ``data`` is the type-specific payload in its stored JSON form.
+
+    An entry can be weakly referenced: a file store holds an old entry only while someone else
+    does, and reads it back from its line after (:mod:`.store`).
 
     ``line`` is where the entry was read from (1-based, header is line 1); it is not stored and
     takes no part in equality, it only lets error messages point at the file.

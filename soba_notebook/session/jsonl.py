@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import SessionError, SessionWarning
 
-__all__ = ["FORMAT_VERSION", "open_session_file", "parse_header", "parse_lines", "quarantine"]
+__all__ = ["FORMAT_VERSION", "line_starts", "open_session_file", "parse_header", "parse_lines", "quarantine"]
 
 #: Version of the on-disk format written in every header. Readers accept older and newer files
 #: (newer ones read-only, with unknown entry types kept and ignored).
@@ -176,3 +176,15 @@ def open_session_file(file: Path) -> Any:
         raise SessionError(f"{file}: not a regular file (a FIFO, socket or device); a session is a .jsonl file")
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
+
+
+def line_starts(region: bytes) -> list[int]:
+    """Where each line of ``region`` starts, and one past its last newline: line ``k`` is
+    ``region[starts[k]:starts[k + 1] - 1]``."""
+    starts = [0]
+    find = region.find
+    nl = find(b"\n")
+    while nl >= 0:
+        starts.append(nl + 1)
+        nl = find(b"\n", nl + 1)
+    return starts

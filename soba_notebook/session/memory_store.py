@@ -68,7 +68,10 @@ def holds_surrogates(value: Any) -> bool:
 
 class MemoryStore(SessionStore):
     """A :class:`~.store.SessionStore` with no file (see the module's docstring). One writer: this
-    process; :meth:`refresh` finds nothing and :meth:`claim` is refused."""
+    process; :meth:`refresh` finds nothing and :meth:`claim` is refused. It keeps every entry
+    whole: there is no file to read one back from."""
+
+    _keep = None
 
     @classmethod
     def create_in_memory(cls, *, session_id: str | None = None, cwd: str | None = None,
@@ -107,7 +110,7 @@ class MemoryStore(SessionStore):
         refuses the whole batch then); one timestamp for the entries that have none."""
         seen: set[str] = set()
         for eid in (e.id for e in entries if e.id is not None):
-            if eid in self._by_id or eid in seen:
+            if eid in self or eid in seen:
                 raise SessionError(f"{self.file}: an entry of the batch: id {eid!r} already exists; "
                                    f"nothing was appended")
             seen.add(eid)

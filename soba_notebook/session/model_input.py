@@ -38,7 +38,7 @@ class _PathView(Sequence[Entry]):
 
     __slots__ = ("_get", "_ids")
 
-    def __init__(self, ids: list[str], get: dict[str, Entry]) -> None:
+    def __init__(self, ids: list[str], get: Callable[[str], Entry]) -> None:
         self._ids, self._get = ids, get
 
     def __len__(self) -> int:
@@ -51,8 +51,9 @@ class _PathView(Sequence[Entry]):
 
     def __getitem__(self, i: int | slice) -> Entry | list[Entry]:
         if isinstance(i, slice):
-            return [self._get[x] for x in self._ids[i]]
-        return self._get[self._ids[i]]
+            get = self._get
+            return [get(x) for x in self._ids[i]]
+        return self._get(self._ids[i])
 
 
 class ModelInputBuilder:
@@ -82,8 +83,8 @@ class ModelInputBuilder:
         n = len(path)
         if n == self._seen:
             return
-        get = self.store._by_id  # read-only use of the index; avoids a method call per entry
-        new = [get[i] for i in path[self._seen:n]]
+        get = self.store.get
+        new = [get(i) for i in path[self._seen:n]]
         if any(e.type == "capsule" for e in new):
             self._rebuild(path)
             return
@@ -97,7 +98,7 @@ class ModelInputBuilder:
     def _rebuild(self, path: list[str]) -> None:
         """Start over from the leaf: O(entries from the first kept entry to the leaf)."""
         self.rebuilds += 1
-        view = _PathView(path, self.store._by_id)
+        view = _PathView(path, self.store.get)
         start, capsule = context_start(view)
         context = [e for e in view[start:] if e.type != "capsule"]
         self._path, self._seen, self._start, self._capsule = path, len(path), start, capsule

@@ -23,6 +23,10 @@ What this module guarantees:
 * **Clear errors.** A missing header, a non-JSON line, a parent that points nowhere: the message
   names the file and the line. Nothing is silently dropped: skipped lines are listed in
   :attr:`SessionStore.problems`.
+* **Flat memory.** A long session does not keep its transcript in memory: a small record per
+  entry, whole entries only for the newest and for those someone else holds; any other entry is
+  read back from its line by byte offset when asked (:mod:`.records`). The live turn reads
+  nothing back.
 """
 
 from __future__ import annotations
@@ -43,11 +47,12 @@ from ..errors import SessionError, SessionHeldError, SessionLockedError, Session
 from ..locking import lock_exclusive, lock_shared, unlock
 from ..surrogates import clean_surrogates
 from .entries import Entry, new_id, now_iso
-from .jsonl import FORMAT_VERSION, open_session_file, parse_header, parse_lines, quarantine
+from .jsonl import FORMAT_VERSION, line_starts, open_session_file, parse_header, parse_lines, quarantine
 from .lease import WriterLease
 from .payloads import leaf_data
+from .records import KEPT_ENTRIES, EntryQueries, EntryRecords
 
-__all__ = ["FORMAT_VERSION", "BatchEntryError", "SessionStore"]
+__all__ = ["FORMAT_VERSION", "KEPT_ENTRIES", "BatchEntryError", "SessionStore"]
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -55,8 +60,12 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 OPEN_CHUNK_BYTES = 8 << 20
 
 
-class SessionStore:
-    """An open session file: its entries, their tree, and the current leaf."""
+class SessionStore(EntryQueries):
+    """An open session file: its entries, their tree, and the current leaf (the queries that read
+    entries by their records: :class:`~.records.EntryQueries`)."""
+
+    #: whole entries kept beyond those held elsewhere (None: every one, for a store with no file)
+    _keep: int | None = KEPT_ENTRIES
 
     def __init__(self, file: Path, header: dict[str, Any], *, fsync: bool = False,
                  lock_timeout: float = 10.0, clock: Callable[[], datetime] | None = None) -> None:
@@ -65,15 +74,13 @@ class SessionStore:
         self.fsync = fsync
         self.lock_timeout = lock_timeout
         self._clock = clock
-        self._entries: list[Entry] = []
-        self._by_id: dict[str, Entry] = {}
+        self._mutex = threading.RLock()
+        self._rec = EntryRecords(file, self._keep, self._mutex)  # records; entries kept whole
         self._leaf: str | None = None
         self._path_ids: list[str] | None = []
-        self._path_entries: list[Entry] = []  # the entries of _path_ids, kept with it (path() copies it)
         self._offset = 0  # bytes consumed: always just after a newline (or 0)
         self._line_no = 0
         self._needs_newline = False  # a torn tail was skipped; next write starts a fresh line
-        self._mutex = threading.RLock()
         self.problems: list[str] = []
         #: increases on every change of entries or leaf; a cheap staleness token
         self.version = 0
@@ -155,13 +162,16 @@ class SessionStore:
         paused = gc.isenabled() and lines > 1_000
         if paused:
             gc.disable()
+        starts = line_starts(region)
+        at = base + start
         try:
             for line_no, obj in parse_lines(self.file, region, first_line, self._problem):
                 if obj.__class__ is not dict or obj.get("type").__class__ is not str:
                     self._problem(f"{self.file}:{line_no}: not an entry object with a 'type'; line skipped")
                     continue
                 entry = Entry.from_parsed(obj, line_no)
-                if self._index(entry):
+                k = line_no - first_line
+                if self._index(entry, at + starts[k], starts[k + 1] - starts[k] - 1):
                     new.append(entry)
         finally:
             if paused:
@@ -220,20 +230,26 @@ class SessionStore:
         self.problems.append(message)
         warnings.warn(message, SessionWarning, stacklevel=5)
 
-    def _index(self, entry: Entry) -> bool:
+    def _index(self, entry: Entry, offset: int = -1, size: int = 0) -> bool:
+        """Record ``entry`` (its line at ``offset``, ``size`` bytes; -1: nowhere to read it back)
+        and move the leaf; False when it is refused (no id, a duplicate)."""
         eid = entry.id
-        by_id = self._by_id
-        if eid.__class__ is not str or not eid or eid in by_id:
+        rec = self._rec
+        pos = rec.pos
+        if eid.__class__ is not str or not eid or eid in pos:
             return self._reject(entry)
         parent = entry.parent_id
-        if parent is not None and parent not in by_id:
-            self._problem(f"{self.file}:{entry.line}: parentId {parent!r} of entry {eid!r} points to no "
-                          f"earlier entry; it is kept as the root of its own branch")
-        self._entries.append(entry)
-        by_id[eid] = entry
+        if parent is not None:
+            at = pos.get(parent)
+            if at is None:
+                self._problem(f"{self.file}:{entry.line}: parentId {parent!r} of entry {eid!r} points to no "
+                              f"earlier entry; it is kept as the root of its own branch")
+            else:
+                parent = rec.ids[at]  # the parent's own id object: one string per id in the records
+        rec.add(entry, eid, parent, offset, size)
         if entry.type == "leaf":
             target = leaf_data(entry).get("targetId")
-            if isinstance(target, str) and target in by_id:
+            if isinstance(target, str) and target in pos:
                 self._set_leaf(target)
             else:
                 self._problem(f"{self.file}:{entry.line}: leaf entry {eid!r} points to {target!r}, which is no "
@@ -242,7 +258,6 @@ class SessionStore:
         path = self._path_ids
         if path is not None and parent == self._leaf:
             path.append(eid)
-            self._path_entries.append(entry)
         else:
             self._path_ids = None  # recomputed lazily
         self._leaf = eid
@@ -254,7 +269,7 @@ class SessionStore:
             self._problem(f"{self.file}:{entry.line}: entry of type {entry.type!r} has no id; skipped")
         else:
             self._problem(f"{self.file}:{entry.line}: duplicate entry id {eid!r} (first on line "
-                          f"{self._by_id[eid].line}); the later line is ignored")
+                          f"{self._rec.lines[self._rec.pos[eid]]}); the later line is ignored")
         return False
 
     def _set_leaf(self, target: str | None) -> None:
@@ -293,37 +308,15 @@ class SessionStore:
         return self._leaf
 
     def leaf(self) -> Entry | None:
-        return self._by_id.get(self._leaf) if self._leaf else None
-
-    def entries(self) -> list[Entry]:
-        """Every entry in file order (header excluded), unknown types included."""
-        return list(self._entries)
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __iter__(self) -> Iterator[Entry]:
-        return iter(list(self._entries))
-
-    def __contains__(self, entry_id: object) -> bool:
-        return entry_id in self._by_id
-
-    def get(self, entry_id: str) -> Entry:
-        try:
-            return self._by_id[entry_id]
-        except KeyError:
-            raise SessionError(f"{self.file}: no entry with id {entry_id!r}") from None
-
-    def children(self, entry_id: str | None) -> list[Entry]:
-        """Entries whose parent is ``entry_id`` (None: the roots), in file order. O(entries)."""
-        return [e for e in self._entries if e.parent_id == entry_id]
+        return self.get(self._leaf) if self._leaf else None
 
     def path(self, leaf_id: str | None = None) -> list[Entry]:
-        """Entries from the root to ``leaf_id`` (default: the current leaf), in order."""
-        if leaf_id is not None and leaf_id != self._leaf:
-            return [self._by_id[i] for i in self._walk(leaf_id)]
-        self._current_path()
-        return self._path_entries.copy()  # no lookup per entry: the first build after open reads none
+        """Entries from the root to ``leaf_id`` (default: the current leaf), in order. Those the
+        store no longer holds are read back: a live caller reads :meth:`path_ids` and gets only
+        the entries it needs."""
+        ids = self._walk(leaf_id) if leaf_id is not None and leaf_id != self._leaf else self._current_path()
+        pos = self._rec.pos
+        return self._rec.whole([pos[i] for i in ids])
 
     def path_ids(self) -> list[str]:
         """Ids on the current root-to-leaf path. The list is shared: read it, never mutate it.
@@ -336,21 +329,20 @@ class SessionStore:
 
     def _current_path(self) -> list[str]:
         if self._path_ids is None:
-            ids = self._walk(self._leaf) if self._leaf else []
-            self._path_entries = list(map(self._by_id.__getitem__, ids))
-            self._path_ids = ids
+            self._path_ids = self._walk(self._leaf) if self._leaf else []
         return self._path_ids
 
     def _walk(self, leaf_id: str) -> list[str]:
-        if leaf_id not in self._by_id:
+        pos, parents = self._rec.pos, self._rec.parents
+        if leaf_id not in pos:
             raise SessionError(f"{self.file}: no entry with id {leaf_id!r}")
         ids: list[str] = []
         seen: set[str] = set()
         cur: str | None = leaf_id
-        while cur is not None and cur in self._by_id and cur not in seen:
+        while cur is not None and cur in pos and cur not in seen:
             seen.add(cur)
             ids.append(cur)
-            cur = self._by_id[cur].parent_id
+            cur = parents[pos[cur]]
         ids.reverse()
         return ids
 
@@ -363,15 +355,16 @@ class SessionStore:
                                  f"{expect_leaf!r}; nothing was appended")
         entry = entry.with_ids(entry.id or new_id(), entry.parent_id if entry.parent_id is not None else self._leaf,
                                entry.ts or now_iso(self._clock() if self._clock else None))
-        if entry.id in self._by_id:
+        if entry.id in self._rec.pos:
             raise SessionError(f"{self.file}: entry id {entry.id!r} already exists")
         return entry
 
-    def _appended(self, entry: Entry) -> Entry:
-        """``entry`` on the next line, indexed, and the store's version moved on."""
+    def _appended(self, entry: Entry, offset: int = -1, size: int = 0) -> Entry:
+        """``entry`` on the next line (written at ``offset``, ``size`` bytes; -1: in memory only),
+        indexed, and the store's version moved on."""
         self._line_no += 1
         entry = Entry(entry.type, entry.data, entry.id, entry.parent_id, entry.ts, self._line_no)
-        self._index(entry)
+        self._index(entry, offset, size)
         self.version += 1
         return entry
 
@@ -412,9 +405,10 @@ class SessionStore:
                 entry = Entry.from_json(json.loads(payload))
                 data = (("\n" if self._needs_newline else "") + payload + "\n").encode()
             self._write(data, f"{entry.type} entry")
+            at = self._offset + self._needs_newline  # the line itself, after the newline a torn tail needs
             self._needs_newline = False
             self._offset += len(data)
-            return self._appended(entry)
+            return self._appended(entry, at, self._offset - 1 - at)
 
     def append_many(self, entries: list[Entry]) -> list[Entry]:
         """Append ``entries`` in order with one lock, one ``write`` and at most one ``fsync``.
@@ -435,21 +429,24 @@ class SessionStore:
             self._catch_up_locked()
             if self.lease is not None:
                 self.lease.verify()
-            filled, data = self._serialize_batch(entries)
+            filled, sizes, data = self._serialize_batch(entries)
             self._write(data, f"batch of {len(filled):,} entries")
+            at = self._offset + self._needs_newline
             self._needs_newline = False
             self._offset += len(data)
             out: list[Entry] = []
-            for entry in filled:
+            for entry, size in zip(filled, sizes, strict=True):
                 self._line_no += 1
                 if entry.line != self._line_no:  # a bulk writer may build it with its line (see next_line)
                     entry = Entry(entry.type, entry.data, entry.id, entry.parent_id, entry.ts, self._line_no)
-                self._index(entry)
+                self._index(entry, at, size)
+                at += size + 1
                 out.append(entry)
             self.version += 1
             return out
 
-    def _serialize_batch(self, entries: list[Entry]) -> tuple[list[Entry], bytes]:
+    def _serialize_batch(self, entries: list[Entry]) -> tuple[list[Entry], list[int], bytes]:
+        """The entries with ids filled in, the bytes of each one's line and the lines to write."""
         leaf = self._leaf
         batch_ids: set[str] = set()
         filled: list[Entry] = []
@@ -461,7 +458,7 @@ class SessionStore:
             if entry.id is None or (entry.parent_id is None and leaf is not None) or not entry.ts:
                 entry = entry.with_ids(eid, entry.parent_id if entry.parent_id is not None else leaf,
                                        entry.ts or stamp)
-            if eid in self._by_id or eid in batch_ids:
+            if eid in self._rec.pos or eid in batch_ids:
                 raise SessionError(f"{self.file}: entry {i} of the batch: id {entry.id!r} already exists; "
                                    f"nothing was appended")
             try:
@@ -476,11 +473,12 @@ class SessionStore:
             filled.append(entry)
             if entry.type == "leaf":
                 target = leaf_data(entry).get("targetId")
-                leaf = target if isinstance(target, str) and (target in self._by_id or target in batch_ids) else None
+                leaf = target if isinstance(target, str) and (target in self._rec.pos or target in batch_ids) else None
             else:
                 leaf = entry.id
+        sizes = [len(part) for part in parts[len(parts) - len(filled):]]
         parts.append(b"")
-        return filled, b"\n".join(parts)
+        return filled, sizes, b"\n".join(parts)
 
     def _write(self, data: bytes, what: str) -> None:
         """The one write path of :meth:`append` and :meth:`append_many`: ``data`` (whole lines)
@@ -538,7 +536,7 @@ class SessionStore:
         """Move the leaf to ``entry_id`` by appending a ``leaf`` entry; no earlier line changes."""
         from .entries import leaf_marker
 
-        if entry_id not in self._by_id:
+        if entry_id not in self._rec.pos:
             raise SessionError(f"{self.file}: cannot rewind to {entry_id!r}: no such entry in this session")
         return self.append(leaf_marker(entry_id, reason))
 

@@ -1,0 +1,277 @@
+"""What a session store keeps of each entry: a small record, and the entry itself only for a while.
+
+Why it exists (issue 25 item 7): a store that kept every :class:`~.entries.Entry` of a long
+session grew by the whole transcript, turn after turn (+18 to +35 KiB of resident memory a turn
+in the soak). :class:`EntryRecords` keeps, for every entry, the few fields the tree, the leaf and
+a read back need (id, parent, type, role, the byte offset and length of its line, its line
+number: about 200 bytes), and whole entries only for the newest :data:`KEPT_ENTRIES` indexed or
+read back, plus any entry someone else still holds (a weak reference: it stays the same object
+while the model input, or a caller's list, holds it). Any other entry is read back from its line
+when asked, checked to be the entry indexed there: a line changed in place (sessions are
+append-only) is a :class:`~soba_notebook.errors.SessionError` naming it, never a wrong entry.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import weakref
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import SessionError
+from .entries import Entry
+from .jsonl import parse_lines
+
+__all__ = ["KEPT_ENTRIES", "READ_SPAN_BYTES", "EntryQueries", "EntryRecords"]
+
+#: How many whole entries a file store keeps in memory by itself: the newest it indexed and the
+#: ones most recently read back. Beyond them it keeps only the entries someone else still holds
+#: (the model input's, a caller's list); every other entry is read back from the file when asked.
+KEPT_ENTRIES = 512
+
+#: The most a read back of many entries reads at once (they are read in file order).
+READ_SPAN_BYTES = 8 << 20
+
+#: the fewest weak references kept before those whose entries are gone are swept out
+_SWEEP_MIN = 1024
+
+#: stands for an entry still to be read back, in a list being filled
+_PLACEHOLDER = Entry("placeholder")
+
+
+class EntryRecords:
+    """The records of one session's entries, by position in file order, and the whole entries
+    kept (``keep``: how many by itself; None: every one, for a store with no file to read from).
+
+    ``mutex`` is the store's: reads back and sweeps run under it, lookups of a held entry do not.
+    """
+
+    def __init__(self, file: Path, keep: int | None, mutex: threading.RLock) -> None:
+        self.file = file
+        self.keep_at_most = keep
+        self.mutex = mutex
+        self.pos: dict[str, int] = {}  # id -> position
+        self.ids: list[str] = []
+        self.parents: list[str | None] = []  # the parent's own id object (one string per id)
+        self.types: list[str] = []
+        self.roles: list[str | None] = []  # a message's role (shared objects), None for other entries
+        self.offsets = array("q")  # where the entry's line starts in the file; -1: in memory only
+        self.sizes = array("q")  # the line's bytes, its newline excluded
+        self.lines = array("q")
+        self.kept: OrderedDict[str, Entry] = OrderedDict()  # the newest indexed or read back
+        self.held: dict[str, weakref.ref[Entry]] = {}  # any other someone may still hold
+        self.sweep_at = _SWEEP_MIN
+        #: entries read back from the file so far (a test counts them)
+        self.read_back = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, entry: Entry, eid: str, parent: str | None, offset: int, size: int) -> None:
+        """Record ``entry`` (id ``eid``, known ``parent``), whose line is ``size`` bytes at ``offset``."""
+        self.ids.append(eid)
+        self.parents.append(parent)
+        self.types.append(entry.type)
+        self.roles.append(entry.role)
+        self.offsets.append(offset)
+        self.sizes.append(size)
+        self.lines.append(entry.line or 0)
+        self.pos[eid] = len(self.ids) - 1  # last: a reader that finds the id finds its record
+        self.keep(eid, entry)
+
+    # -- whole entries -----------------------------------------------------------------------
+    def keep(self, eid: str, entry: Entry) -> None:
+        """Keep ``entry`` as one of the newest; the oldest kept one is then held only weakly (it
+        stays the same object for as long as anyone else holds it, and is read back after)."""
+        kept = self.kept
+        kept[eid] = entry
+        if self.keep_at_most is not None and len(kept) > self.keep_at_most:
+            self._hold_weakly(*kept.popitem(last=False))
+
+    def _hold_weakly(self, eid: str, entry: Entry) -> None:
+        """Remember ``entry`` while someone else holds it: plain weak references, no callback per
+        entry; the dead ones are swept when the map has doubled (under the mutex: it iterates)."""
+        held = self.held
+        held[eid] = weakref.ref(entry)
+        if len(held) > self.sweep_at:
+            for gone in [k for k, ref in held.items() if ref() is None]:
+                del held[gone]
+            self.sweep_at = max(2 * len(held), _SWEEP_MIN)  # amortized O(1) an entry
+
+    def held_entry(self, eid: str) -> Entry | None:
+        """The entry ``eid`` if the store or anyone else holds it, without reading."""
+        entry = self.kept.get(eid)
+        if entry is None:
+            ref = self.held.get(eid)
+            entry = ref() if ref is not None else None
+        return entry
+
+    def get(self, eid: str, pos: int) -> Entry:
+        """The entry ``eid`` at position ``pos``: held, or read back (one read) and kept."""
+        entry = self.held_entry(eid)
+        if entry is None:
+            with self.mutex:
+                entry = self._read_back([pos])[0]
+                self.keep(eid, entry)
+        return entry
+
+    def whole(self, positions: Sequence[int]) -> list[Entry]:
+        """The entries at ``positions`` (in that order): held ones as they are, the others read
+        back in one pass over the file and then held weakly (the same object while the caller
+        keeps it)."""
+        ids, held = self.ids, self.held_entry
+        out: list[Entry] = []
+        missing: list[int] = []  # indexes into out of the entries to read back
+        for i in positions:
+            entry = held(ids[i])
+            if entry is None:
+                missing.append(len(out))
+                entry = _PLACEHOLDER
+            out.append(entry)
+        if missing:
+            with self.mutex:
+                found = self._read_back([positions[k] for k in missing])
+                for k, entry in zip(missing, found, strict=True):
+                    out[k] = entry
+                    self._hold_weakly(ids[positions[k]], entry)
+        return out
+
+    # -- reading back ------------------------------------------------------------------------
+    def _read_back(self, positions: Sequence[int]) -> list[Entry]:
+        """The entries at ``positions`` parsed again from their lines, in that order. They are read
+        in file order, in spans of up to :data:`READ_SPAN_BYTES` when there are several, and parsed
+        as one batch (one object per distinct key, as at open): a whole session is read back in
+        one pass over the file, like opening it."""
+        order = sorted(range(len(positions)), key=lambda k: self.offsets[positions[k]])
+        raws = self._raw_lines([positions[k] for k in order])
+        out: list[Entry] = [_PLACEHOLDER] * len(positions)
+        paused = gc.isenabled() and len(positions) > 1_000  # as at open: nothing read here forms a cycle
+        if paused:
+            gc.disable()
+        try:
+            parsed = dict(parse_lines(self.file, b"\n".join(raws) + b"\n", 0, self._changed))
+            del raws
+            for n, k in enumerate(order):
+                out[k] = self._checked(positions[k], parsed.pop(n, None))
+        finally:
+            if paused:
+                gc.enable()
+        self.read_back += len(positions)
+        return out
+
+    def _raw_lines(self, positions: list[int]) -> list[bytes]:
+        """The bytes of the lines at ``positions`` (in increasing offsets), newline excluded."""
+        offsets, sizes = self.offsets, self.sizes
+        span = READ_SPAN_BYTES if len(positions) > 1 else 0
+        end = offsets[positions[-1]] + sizes[positions[-1]] if positions else 0  # never read past the last line
+        raws: list[bytes] = []
+        try:
+            fd = os.open(self.file, os.O_RDONLY)
+        except OSError as exc:
+            raise SessionError(f"{self.file}: cannot read session file ({exc.strerror})") from None
+        try:
+            buf, buf_at = b"", 0
+            for i in positions:
+                at, size = offsets[i], sizes[i]
+                if at < 0:
+                    raise SessionError(f"{self.file}: entry {self.ids[i]!r} lives in memory only and is no longer "
+                                       f"held; it cannot be read back")
+                if at < buf_at or at + size > buf_at + len(buf):
+                    buf, buf_at = os.pread(fd, max(size, min(span, end - at)), at), at
+                raws.append(buf[at - buf_at:at - buf_at + size])
+        except OSError as exc:
+            raise SessionError(f"{self.file}: cannot read session file ({exc.strerror})") from None
+        finally:
+            os.close(fd)
+        return raws
+
+    def _changed(self, message: str) -> None:
+        """A line read back no longer parses: the file was changed in place."""
+        raise SessionError(f"{self.file}: an entry read back from the file no longer reads as it did when the "
+                           f"session was opened; the file was changed in place (sessions are append-only): "
+                           f"{message}")
+
+    def _checked(self, i: int, obj: Any) -> Entry:
+        """The entry at position ``i`` from its line's parsed value, checked to be the entry indexed there."""
+        eid = self.ids[i]
+        if obj.__class__ is not dict or obj.get("id") != eid or obj.get("type") != self.types[i]:
+            raise SessionError(f"{self.file}:{self.lines[i]}: the line of entry {eid!r} no longer reads as it did "
+                               f"when the session was opened; the file was changed in place (sessions are "
+                               f"append-only)")
+        return Entry.from_parsed(obj, self.lines[i])
+
+
+class EntryQueries:
+    """The queries of a session store that read entries by their records (a mixin of
+    :class:`~.store.SessionStore`): whatever is not held is read back, and the record-only ones
+    (:meth:`type_of`, :meth:`role_of`, ``len``, ``in``) read nothing."""
+
+    file: Path
+    _rec: EntryRecords
+
+    def entries(self) -> list[Entry]:
+        """Every entry in file order (header excluded), unknown types included; those the store
+        no longer holds are read back from the file (in large sequential reads)."""
+        return self._rec.whole(range(len(self._rec)))
+
+    def entries_of_type(self, kind: str) -> list[Entry]:
+        """The entries of type ``kind`` in file order; only they are read back, never the rest."""
+        types = self._rec.types
+        return self._rec.whole([i for i in range(len(types)) if types[i] == kind])
+
+    def type_of(self, entry_id: str) -> str:
+        """The type of entry ``entry_id``, from its record: nothing is read back."""
+        try:
+            return self._rec.types[self._rec.pos[entry_id]]
+        except KeyError:
+            raise SessionError(f"{self.file}: no entry with id {entry_id!r}") from None
+
+    def role_of(self, entry_id: str) -> str | None:
+        """The role of message ``entry_id`` (None for other entries), from its record: nothing is
+        read back (a walk for the latest replies reads back only the assistant messages)."""
+        try:
+            return self._rec.roles[self._rec.pos[entry_id]]
+        except KeyError:
+            raise SessionError(f"{self.file}: no entry with id {entry_id!r}") from None
+
+    def get_many(self, entry_ids: Sequence[str]) -> list[Entry]:
+        """The entries ``entry_ids``, in that order: like :meth:`get` for each, with the ones to read
+        back read in one pass over the file."""
+        pos = self._rec.pos
+        try:
+            return self._rec.whole([pos[eid] for eid in entry_ids])
+        except KeyError as exc:
+            raise SessionError(f"{self.file}: no entry with id {exc.args[0]!r}") from None
+
+    @property
+    def read_back(self) -> int:
+        """How many entries were read back from the file so far (a test and the soak count them)."""
+        return self._rec.read_back
+
+    def __len__(self) -> int:
+        return len(self._rec)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self.entries())
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._rec.pos
+
+    def get(self, entry_id: str) -> Entry:
+        """The entry ``entry_id``: the object the store or anyone else still holds, else read back
+        from its line (one read) and kept among the most recent."""
+        pos = self._rec.pos.get(entry_id)
+        if pos is None:
+            raise SessionError(f"{self.file}: no entry with id {entry_id!r}")
+        return self._rec.get(entry_id, pos)
+
+    def children(self, entry_id: str | None) -> list[Entry]:
+        """Entries whose parent is ``entry_id`` (None: the roots), in file order. O(entries),
+        reading back only the children."""
+        parents = self._rec.parents
+        return self._rec.whole([i for i in range(len(parents)) if parents[i] == entry_id])
