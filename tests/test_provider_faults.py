@@ -82,6 +82,20 @@ def test_a_stall_before_the_headers_is_not_retried_past_the_deadline(fake_server
     assert 1 <= len(fake_server.requests) < 5, "not the five attempts of the retry policy"
 
 
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+def test_a_deadline_that_passes_during_an_attempt_names_what_the_attempt_waited_for(fake_server: FakeServer,
+                                                                                  wire: str) -> None:
+    # the idle timeout (5 s) outlasts the deadline (1 s): the deadline cuts the first attempt, on
+    # any machine, and the error still says the server never answered
+    fake_server.handler = lambda path, body: Reply(headers=SSE, headers_delay=60)
+    with pytest.raises(ProviderError) as info:
+        _complete(wire, fake_server, timeout=5.0, request_timeout=1.0, max_retries=4)
+    url = fake_server.openai_base_url if wire == "openai" else fake_server.anthropic_base_url
+    assert "no complete reply within 1 s (model.requestTimeoutMs); the request was abandoned; 1 attempt(s), " \
+           f"the last: no response from {url.rstrip('/')}" in str(info.value), str(info.value)
+    assert str(info.value).endswith(" yet"), str(info.value)
+
+
 def test_model_request_timeout_ms_from_the_config_ends_a_turn_held_by_keep_alives(
         tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

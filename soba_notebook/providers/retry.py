@@ -11,7 +11,9 @@
   (``model.idleTimeoutMs``, httpx's read timeout) cannot catch a server that sends only
   keep-alives, and five retries of a stall before the headers would multiply it; the deadline
   bounds both: the provider abandons the request when it passes, and no retry is started whose
-  wait would end beyond it.
+  wait would end beyond it. Its :class:`RequestProgress` says where the request stood when it was
+  abandoned (how many attempts, and whether the last one had a response yet), so the error names
+  the cause whether the deadline passes between two attempts or during one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import email.utils
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import httpx
@@ -31,7 +33,7 @@ from soba_notebook.errors import ProviderError
 from .base import StreamEvent
 from .failures import ErrorContext, classify_http_error, error_message_from_body, redact
 
-__all__ = ["DRAIN_SECONDS", "Deadline", "RetryPolicy", "parse_retry_after", "stream_with_retries"]
+__all__ = ["DRAIN_SECONDS", "Deadline", "RequestProgress", "RetryPolicy", "parse_retry_after", "stream_with_retries"]
 
 T = TypeVar("T")
 
@@ -82,12 +84,27 @@ class RetryPolicy:
         return ceiling * factor
 
 
+@dataclass(slots=True)
+class RequestProgress:
+    """Where a request stands: the attempts started and what the last one was doing. Kept up to date
+    by :func:`stream_with_retries`; read when the deadline abandons the request mid-attempt."""
+
+    attempts: int = 0
+    last: str = ""
+
+    def detail(self) -> str:
+        """The state in the words of the deadline's error ("" before any attempt)."""
+        return f"{self.attempts:,} attempt(s), the last: {self.last}" if self.attempts else ""
+
+
 @dataclass(frozen=True, slots=True)
 class Deadline:
-    """The whole-request deadline: ``seconds`` after the request started, at event-loop time ``at``."""
+    """The whole-request deadline: ``seconds`` after the request started, at event-loop time ``at``;
+    ``progress`` is what the request had done by then."""
 
     seconds: float
     at: float
+    progress: RequestProgress = field(default_factory=RequestProgress, compare=False)
 
     @classmethod
     def start(cls, seconds: float) -> Deadline:
@@ -97,7 +114,9 @@ class Deadline:
         return self.at - asyncio.get_running_loop().time()
 
     def error(self, ctx: ErrorContext, detail: str = "") -> ProviderError:
-        """The error for a request abandoned at (or just before) the deadline."""
+        """The error for a request abandoned at (or just before) the deadline; without a
+        ``detail``, it says where the request stood (:attr:`progress`)."""
+        detail = detail or self.progress.detail()
         more = f"; {detail}" if detail else ""
         return ProviderError(ctx.say(
             f"no complete reply within {self.seconds:g} s (model.requestTimeoutMs); the request was "
@@ -212,8 +231,10 @@ async def _consume_body(response: httpx.Response, url: str, client: httpx.AsyncC
 
 async def _attempt(client: httpx.AsyncClient, url: str, headers: Mapping[str, str], body: Mapping[str, Any],
                    consume: Callable[[AsyncIterator[bytes]], Awaitable[T]],
-                   ctx: ErrorContext) -> _Done[T] | _Failure | _Refused:
+                   ctx: ErrorContext, progress: RequestProgress) -> _Done[T] | _Failure | _Refused:
     """One POST: the consumed result, a retryable failure, or an HTTP error response."""
+    progress.attempts += 1
+    progress.last = f"no response from {url} yet"
     try:
         request = client.build_request("POST", url, headers=dict(headers), json=body)
         response = await client.send(request, stream=True)
@@ -223,6 +244,7 @@ async def _attempt(client: httpx.AsyncClient, url: str, headers: Mapping[str, st
     except httpx.TransportError as exc:
         return _Failure(f"could not reach {url}: {_exc_words(exc)}",
                         f"connection to the server failed ({_exc_words(exc)})", cause=exc)
+    progress.last = f"{url} answered HTTP {response.status_code}; its body had not all arrived"
     try:
         if response.status_code < 400:
             return await _consume_body(response, url, client, consume, ctx)
@@ -295,8 +317,9 @@ async def stream_with_retries(
     attempt = 0
     adaptations = 0
     current = body
+    progress = deadline.progress if deadline is not None else RequestProgress()
     while True:
-        outcome = await _attempt(client, url, headers, current, consume, ctx)
+        outcome = await _attempt(client, url, headers, current, consume, ctx, progress)
         if isinstance(outcome, _Done):
             return outcome.value
         if isinstance(outcome, _Refused):
@@ -314,6 +337,7 @@ async def stream_with_retries(
                                retry_after=parse_retry_after(outcome.headers, policy.now))
         else:
             failure = outcome
+        progress.last = redact(failure.message, ctx.secrets)
         delay = _wait_before_retry(failure, attempt, policy, ctx, deadline)
         attempt += 1
         if on_event is not None:
