@@ -46,17 +46,47 @@ def _turn(store: SessionStore, i: int) -> None:
     store.append(assistant_message(f"answer {i}", model="m"))
 
 
-def test_a_long_session_keeps_a_bounded_number_of_entries_in_memory(tmp_path: Path) -> None:
+BUDGET = 16 * 1024  # bytes of lines kept whole in the budget tests
+
+
+def _newest_within(store: SessionStore, budget: int) -> int:
+    """How many of the session's newest lines fit in ``budget`` bytes (newlines excluded)."""
+    lines = store.file.read_bytes().split(b"\n")[1:-1]
+    count = total = 0
+    for line in reversed(lines):
+        total += len(line)
+        if total > budget:
+            break
+        count += 1
+    return count
+
+
+def test_a_long_session_keeps_whole_only_its_newest_entries_within_the_byte_budget(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(SessionStore, "_keep_bytes", BUDGET)
     store = SessionStore.create(tmp_path, session_id="long")
     before = _alive()
-    for i in range(store_module.KEPT_ENTRIES // 2):  # 2x the entries the store keeps
+    for i in range(100):
         _turn(store, i)
-    assert len(store) == 2 * store_module.KEPT_ENTRIES
-    assert _alive() - before <= store_module.KEPT_ENTRIES  # the newest, not the whole transcript
-    for i in range(store_module.KEPT_ENTRIES // 2, store_module.KEPT_ENTRIES):
+    assert store.file.stat().st_size > 4 * BUDGET
+    first = _alive() - before
+    assert 0 < first <= _newest_within(store, BUDGET) < len(store) // 2  # the newest, not the transcript
+    for i in range(100, 200):
         _turn(store, i)
-    assert len(store) == 4 * store_module.KEPT_ENTRIES
-    assert _alive() - before <= store_module.KEPT_ENTRIES  # twice as long, no more entries whole
+    assert len(store) == 800
+    assert _alive() - before <= _newest_within(store, BUDGET) <= first + 4  # twice as long, no more whole
+
+
+def test_a_session_within_the_default_budget_reads_its_whole_path_from_memory(tmp_path: Path) -> None:
+    store = SessionStore.create(tmp_path, session_id="usual")
+    for i in range(500):
+        _turn(store, i)
+    assert store.file.stat().st_size < store_module.KEPT_BYTES
+    reads = store.read_back
+    assert len(store.path()) == 2_000 and len(store.entries()) == 2_000
+    assert store.read_back == reads, "a session of usual size is held whole: its path is read from memory"
+    reopened = SessionStore.open(store.file)
+    assert len(reopened.path()) == 2_000 and reopened.read_back == 0
 
 
 def test_old_entries_read_back_equal_what_was_appended(tmp_path: Path, few_kept: None) -> None:

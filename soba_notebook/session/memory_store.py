@@ -72,6 +72,7 @@ class MemoryStore(SessionStore):
     whole: there is no file to read one back from."""
 
     _keep = None
+    _keep_bytes = None
 
     @classmethod
     def create_in_memory(cls, *, session_id: str | None = None, cwd: str | None = None,

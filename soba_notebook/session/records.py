@@ -4,8 +4,10 @@ Why it exists (issue 25 item 7): a store that kept every :class:`~.entries.Entry
 session grew by the whole transcript, turn after turn (+18 to +35 KiB of resident memory a turn
 in the soak). :class:`EntryRecords` keeps, for every entry, the few fields the tree, the leaf and
 a read back need (id, parent, type, role, the byte offset and length of its line, its line
-number: about 200 bytes), and whole entries only for the newest :data:`KEPT_ENTRIES` indexed or
-read back, plus any entry someone else still holds (a weak reference: it stays the same object
+number: about 200 bytes), and whole entries only for the newest indexed or read back whose lines
+come to at most :data:`KEPT_BYTES` (16 MiB of lines: a session of up to about 20,000 typical entries
+is held whole, as before, so reading its whole path costs nothing; a longer one stops growing
+there), plus any entry someone else still holds (a weak reference: it stays the same object
 while the model input, or a caller's list, holds it). Any other entry is read back from its line
 when asked, checked to be the entry indexed there: a line changed in place (sessions are
 append-only) is a :class:`~soba_notebook.errors.SessionError` naming it, never a wrong entry.
@@ -27,12 +29,20 @@ from ..errors import SessionError
 from .entries import Entry
 from .jsonl import parse_lines
 
-__all__ = ["KEPT_ENTRIES", "READ_SPAN_BYTES", "EntryQueries", "EntryRecords"]
+__all__ = ["KEPT_BYTES", "KEPT_ENTRIES", "READ_SPAN_BYTES", "EntryQueries", "EntryRecords"]
 
-#: How many whole entries a file store keeps in memory by itself: the newest it indexed and the
-#: ones most recently read back. Beyond them it keeps only the entries someone else still holds
-#: (the model input's, a caller's list); every other entry is read back from the file when asked.
-KEPT_ENTRIES = 512
+#: How many bytes of lines the whole entries a file store keeps by itself may come to: the newest
+#: it indexed and the ones most recently read back. Beyond them it keeps only the entries someone
+#: else still holds (the model input's, a caller's list); every other entry is read back from the
+#: file when asked. Sized so that reading a whole path back (views, a context built from the path,
+#: pi's own sessions at 16x in bench/bench_pi.py) stays an in-memory walk for sessions of usual
+#: size, while a session of thousands of turns stops growing: whole entries take about 2.5x their
+#: line in memory, so about 40 MiB at most.
+KEPT_BYTES = 16 << 20
+
+#: How many whole entries a file store keeps by itself, whatever their size (None: no count bound;
+#: tests set one to make every query read back).
+KEPT_ENTRIES: int | None = None
 
 #: The most a read back of many entries reads at once (they are read in file order).
 READ_SPAN_BYTES = 8 << 20
@@ -51,9 +61,14 @@ class EntryRecords:
     ``mutex`` is the store's: reads back and sweeps run under it, lookups of a held entry do not.
     """
 
-    def __init__(self, file: Path, keep: int | None, mutex: threading.RLock) -> None:
+    def __init__(self, file: Path, keep: int | None, mutex: threading.RLock,
+                 keep_bytes: int | None = None) -> None:
         self.file = file
         self.keep_at_most = keep
+        self.keep_bytes = keep_bytes
+        self.kept_bytes = 0  # the lines of the entries in ``kept``
+        #: whether any entry was ever let go (until then every entry is held whole)
+        self.evicted = False
         self.mutex = mutex
         self.pos: dict[str, int] = {}  # id -> position
         self.ids: list[str] = []
@@ -89,9 +104,20 @@ class EntryRecords:
         """Keep ``entry`` as one of the newest; the oldest kept one is then held only weakly (it
         stays the same object for as long as anyone else holds it, and is read back after)."""
         kept = self.kept
+        if eid not in kept:
+            self.kept_bytes += self._size(eid)
         kept[eid] = entry
-        if self.keep_at_most is not None and len(kept) > self.keep_at_most:
-            self._hold_weakly(*kept.popitem(last=False))
+        most, budget = self.keep_at_most, self.keep_bytes
+        while len(kept) > 1 and ((most is not None and len(kept) > most)
+                                 or (budget is not None and self.kept_bytes > budget)):
+            old_id, old = kept.popitem(last=False)
+            self.evicted = True
+            self.kept_bytes -= self._size(old_id)
+            self._hold_weakly(old_id, old)
+
+    def _size(self, eid: str) -> int:
+        pos = self.pos.get(eid)
+        return self.sizes[pos] if pos is not None else 0
 
     def _hold_weakly(self, eid: str, entry: Entry) -> None:
         """Remember ``entry`` while someone else holds it: plain weak references, no callback per

@@ -50,9 +50,9 @@ from .entries import Entry, new_id, now_iso
 from .jsonl import FORMAT_VERSION, line_starts, open_session_file, parse_header, parse_lines, quarantine
 from .lease import WriterLease
 from .payloads import leaf_data
-from .records import KEPT_ENTRIES, EntryQueries, EntryRecords
+from .records import KEPT_BYTES, KEPT_ENTRIES, EntryQueries, EntryRecords
 
-__all__ = ["FORMAT_VERSION", "KEPT_ENTRIES", "BatchEntryError", "SessionStore"]
+__all__ = ["FORMAT_VERSION", "KEPT_BYTES", "KEPT_ENTRIES", "BatchEntryError", "SessionStore"]
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
@@ -64,8 +64,10 @@ class SessionStore(EntryQueries):
     """An open session file: its entries, their tree, and the current leaf (the queries that read
     entries by their records: :class:`~.records.EntryQueries`)."""
 
-    #: whole entries kept beyond those held elsewhere (None: every one, for a store with no file)
+    #: whole entries kept beyond those held elsewhere, by count and by the bytes of their lines
+    #: (None: no bound; a store with no file keeps every one)
     _keep: int | None = KEPT_ENTRIES
+    _keep_bytes: int | None = KEPT_BYTES
 
     def __init__(self, file: Path, header: dict[str, Any], *, fsync: bool = False,
                  lock_timeout: float = 10.0, clock: Callable[[], datetime] | None = None) -> None:
@@ -75,9 +77,12 @@ class SessionStore(EntryQueries):
         self.lock_timeout = lock_timeout
         self._clock = clock
         self._mutex = threading.RLock()
-        self._rec = EntryRecords(file, self._keep, self._mutex)  # records; entries kept whole
+        self._rec = EntryRecords(file, self._keep, self._mutex, self._keep_bytes)  # records; entries kept whole
         self._leaf: str | None = None
         self._path_ids: list[str] | None = []
+        # the entries of _path_ids, kept with it while the store holds every entry whole anyway
+        # (path() then copies one list); None once any entry was let go, or the path recomputed
+        self._path_entries: list[Entry] | None = []
         self._offset = 0  # bytes consumed: always just after a newline (or 0)
         self._line_no = 0
         self._needs_newline = False  # a torn tail was skipped; next write starts a fresh line
@@ -258,8 +263,14 @@ class SessionStore(EntryQueries):
         path = self._path_ids
         if path is not None and parent == self._leaf:
             path.append(eid)
+            entries = self._path_entries
+            if entries is not None:
+                if rec.evicted:
+                    self._path_entries = None
+                else:
+                    entries.append(entry)
         else:
-            self._path_ids = None  # recomputed lazily
+            self._path_ids = self._path_entries = None  # recomputed lazily
         self._leaf = eid
         return True
 
@@ -274,7 +285,7 @@ class SessionStore(EntryQueries):
 
     def _set_leaf(self, target: str | None) -> None:
         self._leaf = target
-        self._path_ids = None
+        self._path_ids = self._path_entries = None
 
     def refresh(self) -> list[Entry]:
         """Read entries other writers appended since we last looked; returns them."""
@@ -314,9 +325,16 @@ class SessionStore(EntryQueries):
         """Entries from the root to ``leaf_id`` (default: the current leaf), in order. Those the
         store no longer holds are read back: a live caller reads :meth:`path_ids` and gets only
         the entries it needs."""
-        ids = self._walk(leaf_id) if leaf_id is not None and leaf_id != self._leaf else self._current_path()
+        if leaf_id is not None and leaf_id != self._leaf:
+            return self._rec.whole([self._rec.pos[i] for i in self._walk(leaf_id)])
+        ids = self._current_path()
+        cached = self._path_entries
+        if cached is not None and not self._rec.evicted and len(cached) == len(ids):
+            return list(cached)
         pos = self._rec.pos
-        return self._rec.whole([pos[i] for i in ids])
+        entries = self._rec.whole([pos[i] for i in ids])
+        self._path_entries = None if self._rec.evicted else list(entries)
+        return entries
 
     def path_ids(self) -> list[str]:
         """Ids on the current root-to-leaf path. The list is shared: read it, never mutate it.
