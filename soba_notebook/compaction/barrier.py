@@ -125,6 +125,9 @@ class CompactionEngine:
         #: the kernel's variables for the capsule's kernel-state section (set by the notebook layer)
         self.kernel_state: KernelStateProvider | None = None
         self._kernel_now: KernelStateData = {}
+        #: the latest capsules rendered, with their raw counts: a compaction measures the same capsule
+        #: up to five times (fit, gate, fit of the answer, measure, append) and renders it once
+        self._renders: list[_Render] = []
         #: after a soft capsule missed the post-generation ROI: (context key, effective tokens) below
         #: which a completed turn records no new ``turn_complete`` intent (see growth_before_soft_retry)
         self._soft_retry_at: tuple[str, int] | None = None
@@ -554,12 +557,26 @@ class CompactionEngine:
                            lambda c: self._rendered_tokens(c, quality, checkpoint_id))
 
     def _capsule_text(self, capsule: Capsule, quality: Quality, checkpoint_id: str) -> str:
-        return with_kernel_state(render(capsule, checkpoint_id=checkpoint_id, quality=quality), self._kernel_now)
+        return self._render(capsule, quality, checkpoint_id).text
+
+    def _render(self, capsule: Capsule, quality: Quality, checkpoint_id: str) -> _Render:
+        kernel = self._kernel_now
+        for done in self._renders:
+            if done.of(capsule, quality, checkpoint_id, kernel):
+                return done
+        text = with_kernel_state(render(capsule, checkpoint_id=checkpoint_id, quality=quality), kernel)
+        done = _Render(capsule, quality, checkpoint_id, kernel, text)
+        self._renders = [done, *self._renders[:_RENDERS_KEPT - 1]]
+        return done
 
     def _rendered_tokens(self, capsule: Capsule, quality: Quality, checkpoint_id: str = "ck_0000000000") -> int:
         """Tokens of ``capsule`` as the first message of model input (kernel state included)."""
-        text = self._capsule_text(capsule, quality, checkpoint_id)
-        return self.counter.count_message({"role": "user", "content": text}) + self.text_counts.extra(text)
+        done, counter = self._render(capsule, quality, checkpoint_id), self.counter
+        form = (counter.message_form, counter.tool_results_rendered, counter.quote_tokens)
+        if done.raw is None or done.form != form:
+            done.raw, done.form = counter.count_message({"role": "user", "content": done.text}), form
+        # the server's correction is looked up each time: a count learned since changes it
+        return done.raw + self.text_counts.extra(done.text)
 
     def _tail_tokens(self, plan: CompactionPlan) -> int:
         """Tokens of the entries ``plan`` keeps verbatim, as they are now."""
@@ -598,3 +615,28 @@ class CompactionEngine:
         self.publish(check, self._inference + 1)  # the agent's nth inference, never the turn's (a widget point each)
         if self.flight is not None:
             self.flight.record("budget", {"inference": turn.inferences, **check.to_event()})
+
+
+#: capsule renders an engine keeps: one compaction measures at most four distinct ones (its local
+#: capsule, the prediction's baseline, the model's answer and that answer fitted)
+_RENDERS_KEPT = 4
+
+
+class _Render:
+    """A capsule's text as model input and its raw count. A capsule is a frozen value and the
+    kernel-state field is replaced, never changed, per compaction: the same objects render the same
+    text, so identity is the key (no walk of a capsule near its caps to compare or hash it)."""
+
+    __slots__ = ("capsule", "checkpoint_id", "form", "kernel", "quality", "raw", "text")
+
+    def __init__(self, capsule: Capsule, quality: str, checkpoint_id: str, kernel: KernelStateData,
+                 text: str) -> None:
+        self.capsule, self.quality, self.checkpoint_id, self.kernel = capsule, quality, checkpoint_id, kernel
+        self.text = text
+        #: the counter's raw count of ``text`` in the message form it was counted with (``form``)
+        self.raw: int | None = None
+        self.form: tuple[Any, ...] = ()
+
+    def of(self, capsule: Capsule, quality: str, checkpoint_id: str, kernel: KernelStateData) -> bool:
+        return (capsule is self.capsule and kernel is self.kernel and quality == self.quality
+                and checkpoint_id == self.checkpoint_id)
