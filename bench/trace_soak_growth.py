@@ -1,37 +1,69 @@
 """What a soak turn leaves behind once the store's budget is full: Python allocations traced.
 
-Run: PYTHONPATH=. .venv/bin/python bench/trace_soak_growth.py 120 240
+Run: PYTHONPATH=. .venv/bin/python bench/trace_soak_growth.py [--from 120] [--to 240]
 
 Runs bench_soak's offline agent with the session store's budget of whole entries cut to 256 KiB
-(so it is full within the first turns), takes a tracemalloc snapshot after turn A and after turn B,
-and prints the traced growth a turn and the allocation sites that grew most (8 frames each). The
-snapshots themselves take memory, so VmRSS in this run says nothing; bench_soak.py measures it.
+(so it is full within the first turns), takes a tracemalloc snapshot after turn ``--from`` and
+after turn ``--to``, and prints the traced growth a turn and the allocation sites that grew most
+(the SOBA frames of each). The snapshots themselves take memory, so resident memory in this run
+says nothing; ``bench_soak.py`` measures that.
 """
 
-import sys, tracemalloc, tempfile, gc, linecache
+from __future__ import annotations
+
+import argparse
+import gc
+import linecache
+import sys
+import tempfile
+import tracemalloc
 from pathlib import Path
-sys.path.insert(0, "bench")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 import bench_soak
+
 from soba_notebook.session.store import SessionStore
-SessionStore._keep_bytes = 256 << 10   # the budget fills within the first turns
-A, B = int(sys.argv[1]), int(sys.argv[2])
-snaps = {}
-def progress(turn, r):
-    if turn + 1 in (A, B):
-        gc.collect()
-        snaps[turn + 1] = tracemalloc.take_snapshot()
-        print(f"turn {turn+1}: VmRSS {r.rss_kib[-1]/1024:.1f} MiB, traced {tracemalloc.get_traced_memory()[0]/1024:.0f} KiB", flush=True)
-tracemalloc.start(8)
-with tempfile.TemporaryDirectory() as d:
-    bench_soak.soak(Path(d) / "p", B, warmup=20, progress=progress, seed=5)
+
+#: the store's budget of whole entries for this run: full within the first turns
+BUDGET = 256 << 10
+FRAMES = 8
+
+
+def _where(frame: tracemalloc.Frame) -> str:
+    name = "/".join(Path(frame.filename).parts[-2:])
+    return f"{name}:{frame.lineno} {linecache.getline(frame.filename, frame.lineno).strip()[:90]}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--from", dest="start", type=int, default=120)
+    parser.add_argument("--to", dest="end", type=int, default=240)
+    parser.add_argument("--top", type=int, default=12)
+    args = parser.parse_args()
+    SessionStore._keep_bytes = BUDGET
+    snapshots: dict[int, tracemalloc.Snapshot] = {}
+
+    def progress(turn: int, result: bench_soak.SoakResult) -> None:
+        if turn + 1 in (args.start, args.end):
+            gc.collect()
+            snapshots[turn + 1] = tracemalloc.take_snapshot()
+            print(f"turn {turn + 1:,}: traced {tracemalloc.get_traced_memory()[0] / 1024:,.0f} KiB", flush=True)
+
+    tracemalloc.start(FRAMES)
+    with tempfile.TemporaryDirectory() as tmp:
+        bench_soak.soak(Path(tmp) / "project", args.end, warmup=20, progress=progress, seed=5)
     tracemalloc.stop()
-diff = snaps[B].compare_to(snaps[A], "traceback")
-n = B - A
-tot = sum(s.size_diff for s in diff)
-print(f"traced growth {tot/1024:.0f} KiB over {n} turns = {tot/n:.0f} B/turn")
-for s in diff[:14]:
-    if s.size_diff <= 0: continue
-    print(f"\n{s.size_diff/n:8.0f} B/turn {s.count_diff/n:6.1f} blocks/turn")
-    for fr in list(s.traceback)[-8:]:
-        if "soba_notebook" in fr.filename or "bench" in fr.filename or "asyncio" in fr.filename:
-            print(f"     {fr.filename.split('/')[-2]}/{fr.filename.split('/')[-1]}:{fr.lineno} {linecache.getline(fr.filename, fr.lineno).strip()[:90]}")
+    turns = args.end - args.start
+    diff = snapshots[args.end].compare_to(snapshots[args.start], "traceback")
+    grown = sum(stat.size_diff for stat in diff)
+    print(f"traced growth {grown / 1024:,.0f} KiB over {turns:,} turns: {grown / turns:,.0f} bytes a turn")
+    for stat in [s for s in diff if s.size_diff > 0][:args.top]:
+        print(f"\n{stat.size_diff / turns:8,.0f} B a turn, {stat.count_diff / turns:5.1f} blocks a turn")
+        for frame in stat.traceback:
+            if "soba_notebook" in frame.filename:
+                print("    " + _where(frame))
+
+
+if __name__ == "__main__":
+    main()
