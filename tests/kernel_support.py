@@ -134,7 +134,9 @@ class Kernel:
         deadline = time.monotonic() + timeout
         while msg_id not in self._idle:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"cell {msg_id} did not finish within {timeout} s")
+                shown = "".join(self._texts.get(msg_id, []))
+                raise TimeoutError(f"cell {msg_id} did not finish within {timeout} s; it showed "
+                                   f"{len(shown):,} characters, the last: {shown[-3_000:]!r}")
             self._pump()
         while msg_id not in self._status:  # the shell replies arrive in the order the cells ran
             reply = self.kc.get_shell_msg(timeout=10)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from realmodel_support import TOOL_TEMPLATE, LlamaServer, project_config, running_llama_server
+from realmodel_support import IDLE_WAIT_LIMIT, TOOL_TEMPLATE, LlamaServer, project_config, running_llama_server
 from test_realmodel import Kernel
 
 from soba_notebook.agent.project import open_agent
@@ -107,7 +107,7 @@ def test_smollm2s_own_template_renders_no_tools_soba_says_so_once_and_counts_wha
         # (tests/test_realmodel_tool_protocol.py runs the default, which speaks it here)
         project = _project(tmp_path, server, toolProtocol="native")
         home = tmp_path / "home"
-        kernel = Kernel(project, home)
+        kernel = Kernel(project, home, timeout=IDLE_WAIT_LIMIT)
         try:
             status, first = kernel.run("%soba Say hello in one short sentence.")
             assert status == "ok" and "Traceback" not in first, first
@@ -146,7 +146,7 @@ def test_a_tool_template_brings_the_tools_and_a_tool_result_into_the_prompt_and_
         project = _project(tmp_path, server)
         (project / "code.txt").write_text(f"The code word is {word}.\n")
         home = tmp_path / "home"
-        kernel = Kernel(project, home)
+        kernel = Kernel(project, home, timeout=IDLE_WAIT_LIMIT)
         try:
             status, text = kernel.run("%soba Read the file code.txt and reply with the code word")
         finally:
