@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from compaction_support import FakeSummarizer, capsules, fill, make_engine, small_config
 
-from soba_notebook.compaction import Capsule, TurnState, barrier
+from soba_notebook.compaction import Capsule, TurnState, capsule_renders
 
 #: a render: the capsule object's id, its checkpoint id and its quality
 Render = tuple[int, object, object]
@@ -25,13 +25,13 @@ Render = tuple[int, object, object]
 def renders(monkeypatch: pytest.MonkeyPatch) -> list[Render]:
     """Every render: (the capsule object's id, its checkpoint id, its quality)."""
     seen: list[Render] = []
-    real = barrier.render
+    real = capsule_renders.render
 
     def counting(capsule: Capsule, **kw: object) -> str:
         seen.append((id(capsule), kw.get("checkpoint_id"), kw.get("quality")))
         return real(capsule, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(barrier, "render", counting)
+    monkeypatch.setattr(capsule_renders, "render", counting)
     return seen
 
 

@@ -54,13 +54,14 @@ from ..session.payloads import (
 )
 from ..session.store import SessionStore
 from ..tokens import REPLY_PRIMING, TokenCounter
-from .capsule import Capsule, render
+from .capsule import Capsule
 from .capsule_count import CapsuleTextCounts
 from .capsule_entry import capsule_message, capsule_of
 from .capsule_fit import capsule_reserve, fit_capsule, tail_room
+from .capsule_renders import CapsuleRenders
 from .extract import deterministic_capsule
 from .grounding import ground_plan_summary
-from .kernel_section import KernelStateProvider, kernel_state_field, with_kernel_state
+from .kernel_section import KernelStateProvider, kernel_state_field
 from .outcome import OUTCOMES, CompactionOutcome
 from .planner import CompactionPlan
 from .predict import SavingsPredictor, SummaryAttempt
@@ -125,9 +126,7 @@ class CompactionEngine:
         #: the kernel's variables for the capsule's kernel-state section (set by the notebook layer)
         self.kernel_state: KernelStateProvider | None = None
         self._kernel_now: KernelStateData = {}
-        #: the latest capsules rendered, with their raw counts: a compaction measures the same capsule
-        #: up to five times (fit, gate, fit of the answer, measure, append) and renders it once
-        self._renders: list[_Render] = []
+        self._renders = CapsuleRenders()  # a compaction renders each capsule it measures once
         #: after a soft capsule missed the post-generation ROI: (context key, effective tokens) below
         #: which a completed turn records no new ``turn_complete`` intent (see growth_before_soft_retry)
         self._soft_retry_at: tuple[str, int] | None = None
@@ -457,14 +456,12 @@ class CompactionEngine:
         """The only write of a compaction: synchronous, so nothing can run between the cancel and leaf checks
         and the append. ``measured``: the continuation's tokens with the checkpoint id it was measured with."""
         progress("append", 95)
-        # -- the only write: checked immediately before, with no await in between ----------
         if cancel.cancelled:
             return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
         after, checkpoint_id = measured  # measured with its id: exactly what is sent
         data: CapsuleData = {
             "checkpointId": checkpoint_id, "firstKeptEntryId": plan.first_kept_entry_id,
-            "trigger": trigger_name(trigger), "quality": quality,
-            "state": capsule.to_json(),
+            "trigger": trigger_name(trigger), "quality": quality, "state": capsule.to_json(),
             "tokensBefore": plan.tokens_before, "tokensAfter": after, "source": plan.source,
             "operationId": plan.operation_id, "previousCheckpointId": plan.previous_checkpoint_id,
             "summarizedEntries": plan.entry_count, "note": note, "ungroundedClaims": ungrounded}
@@ -557,26 +554,12 @@ class CompactionEngine:
                            lambda c: self._rendered_tokens(c, quality, checkpoint_id))
 
     def _capsule_text(self, capsule: Capsule, quality: Quality, checkpoint_id: str) -> str:
-        return self._render(capsule, quality, checkpoint_id).text
-
-    def _render(self, capsule: Capsule, quality: Quality, checkpoint_id: str) -> _Render:
-        kernel = self._kernel_now
-        for done in self._renders:
-            if done.of(capsule, quality, checkpoint_id, kernel):
-                return done
-        text = with_kernel_state(render(capsule, checkpoint_id=checkpoint_id, quality=quality), kernel)
-        done = _Render(capsule, quality, checkpoint_id, kernel, text)
-        self._renders = [done, *self._renders[:_RENDERS_KEPT - 1]]
-        return done
+        return self._renders.render(capsule, quality, checkpoint_id, self._kernel_now).text
 
     def _rendered_tokens(self, capsule: Capsule, quality: Quality, checkpoint_id: str = "ck_0000000000") -> int:
         """Tokens of ``capsule`` as the first message of model input (kernel state included)."""
-        done, counter = self._render(capsule, quality, checkpoint_id), self.counter
-        form = (counter.message_form, counter.tool_results_rendered, counter.quote_tokens)
-        if done.raw is None or done.form != form:
-            done.raw, done.form = counter.count_message({"role": "user", "content": done.text}), form
-        # the server's correction is looked up each time: a count learned since changes it
-        return done.raw + self.text_counts.extra(done.text)
+        done = self._renders.render(capsule, quality, checkpoint_id, self._kernel_now)
+        return self._renders.raw_count(done, self.counter) + self.text_counts.extra(done.text)  # extra: learned since
 
     def _tail_tokens(self, plan: CompactionPlan) -> int:
         """Tokens of the entries ``plan`` keeps verbatim, as they are now."""
@@ -615,28 +598,3 @@ class CompactionEngine:
         self.publish(check, self._inference + 1)  # the agent's nth inference, never the turn's (a widget point each)
         if self.flight is not None:
             self.flight.record("budget", {"inference": turn.inferences, **check.to_event()})
-
-
-#: capsule renders an engine keeps: one compaction measures at most four distinct ones (its local
-#: capsule, the prediction's baseline, the model's answer and that answer fitted)
-_RENDERS_KEPT = 4
-
-
-class _Render:
-    """A capsule's text as model input and its raw count. A capsule is a frozen value and the
-    kernel-state field is replaced, never changed, per compaction: the same objects render the same
-    text, so identity is the key (no walk of a capsule near its caps to compare or hash it)."""
-
-    __slots__ = ("capsule", "checkpoint_id", "form", "kernel", "quality", "raw", "text")
-
-    def __init__(self, capsule: Capsule, quality: str, checkpoint_id: str, kernel: KernelStateData,
-                 text: str) -> None:
-        self.capsule, self.quality, self.checkpoint_id, self.kernel = capsule, quality, checkpoint_id, kernel
-        self.text = text
-        #: the counter's raw count of ``text`` in the message form it was counted with (``form``)
-        self.raw: int | None = None
-        self.form: tuple[Any, ...] = ()
-
-    def of(self, capsule: Capsule, quality: str, checkpoint_id: str, kernel: KernelStateData) -> bool:
-        return (capsule is self.capsule and kernel is self.kernel and quality == self.quality
-                and checkpoint_id == self.checkpoint_id)
