@@ -89,6 +89,8 @@ class Kernel:
         self._texts: dict[str, list[str]] = {}
         self._idle: set[str] = set()
         self._status: dict[str, str] = {}
+        #: where each display (by its display_id) shows: the cell's message id and its text's index
+        self._displays: dict[str, tuple[str, int]] = {}
         status, text = self.run("%load_ext soba_notebook")
         assert status == "ok", text
 
@@ -113,7 +115,17 @@ class Kernel:
         if msg["msg_type"] == "stream":
             texts.append(content["text"])
         elif msg["msg_type"] in ("display_data", "execute_result"):
+            display_id = content.get("transient", {}).get("display_id")
+            if display_id:
+                self._displays[display_id] = (parent, len(texts))
             texts.append(content.get("data", {}).get("text/plain", ""))
+        elif msg["msg_type"] == "update_display_data":
+            # An updated display shows its latest content where it first appeared, as a front end
+            # does: a slow compaction's "Compacting context · 0%" line becomes its final report. A
+            # display of a cell already collected changes in that cell, not in this one.
+            where = self._displays.get(content.get("transient", {}).get("display_id", ""))
+            if where is not None:
+                self._texts[where[0]][where[1]] = content.get("data", {}).get("text/plain", "")
         elif msg["msg_type"] == "error":
             texts.append("\n".join(content.get("traceback", [])))
         elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
@@ -141,6 +153,7 @@ class Kernel:
         while msg_id not in self._status:  # the shell replies arrive in the order the cells ran
             reply = self.kc.get_shell_msg(timeout=10)
             self._status[reply["parent_header"].get("msg_id")] = str(reply["content"]["status"])
+        self._displays = {key: where for key, where in self._displays.items() if where[0] != msg_id}
         return self._status.pop(msg_id), "".join(self._texts.pop(msg_id, []))
 
     def value(self, expression: str) -> str:
