@@ -308,6 +308,16 @@ class LabNotebook:
         # name in the toolbar and "<kernel> | Idle" in the status bar.
         self.page.wait_for_function(_KERNEL_IDLE_JS, timeout=timeout * 1000)
 
+    def wait_cells_shown(self, first_lines: Sequence[str], timeout: float = 90.0) -> None:
+        """Wait until every code cell's editor shows its first line (``first_lines``, in order).
+
+        JupyterLab 4 puts a cell in the page before its editor: the editor comes when the cell
+        nears the viewport or the browser is idle, later on a loaded machine. A test that finds
+        a cell by its text must wait for the texts, not for the first cell (the CI run of stop 32 read the
+        cells while the ``%budget`` cell's editor was still empty).
+        """
+        self.page.wait_for_function(_CODE_CELLS_SHOWN_JS, arg=list(first_lines), timeout=timeout * 1000)
+
     def run_all_cells(self) -> None:
         """Run > Run All Cells, through the menu bar as a user would."""
         menubar = self.page.locator("#jp-MainMenu li[role='menuitem']")
@@ -373,6 +383,29 @@ def _log_comms(page: Page, log: list[dict[str, Any]]) -> None:
     page.on("websocket", on_socket)
 
 
+# True once the open notebook's code cells show ``first_lines`` as their first lines, in order (the
+# first line only: CodeMirror draws a long cell's lower lines when they near the viewport).
+_CODE_CELLS_SHOWN_JS = """
+(firstLines) => {
+  const cells = [...document.querySelectorAll(
+    '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell.jp-CodeCell')];
+  const shown = cells.map((el) => {
+    const line = el.querySelector('.jp-InputArea-editor .cm-line');
+    return line === null ? null : line.textContent;
+  });
+  return shown.length === firstLines.length && shown.every((text, i) => text === firstLines[i]);
+}
+"""
+
+
+def _code_first_lines(notebook_path: Path) -> list[str]:
+    """The first line of each code cell of the notebook file, as its editor shows it."""
+    cells = json.loads(notebook_path.read_text(encoding="utf-8"))["cells"]
+    sources = ("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+               for c in cells if c["cell_type"] == "code")
+    return [source.split("\n", 1)[0] for source in sources]
+
+
 @contextlib.contextmanager
 def open_notebook_in_lab(notebook_path: Path, workdir: Path, *, env: dict[str, str] | None = None,
                          theme: str | None = None, extra_files: Sequence[Path] = (),
@@ -401,6 +434,7 @@ def open_notebook_in_lab(notebook_path: Path, workdir: Path, *, env: dict[str, s
         page.goto(server.url(f"lab/tree/{notebook_path.name}"))
         page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=timeout * 1000)
         notebook.wait_kernel_idle(timeout)
+        notebook.wait_cells_shown(_code_first_lines(notebook_path), timeout)
         yield notebook
 
 
