@@ -11,6 +11,11 @@ libzmq then aborted in the kernel at shutdown now and then: "Assertion failed: p
 POLLIN", seen in the suite.) Errors still reach the terminal, and every cell's output is in the
 executed notebook.
 
+A cell's output is awaited as long as the cell itself (``timeout``). nbclient stops listening 4 s
+after a cell's reply by default, prints "Timeout waiting for IOPub output" and saves the notebook
+without whatever came later: on a loaded machine the kernel's last output and its idle status
+can come that late, and the executed copy would lose output without an error.
+
 A kernel that dies before it runs any cell is started again, up to :data:`STARTS` times:
 jupyter_client picks free ports and the kernel binds them a moment later, and on a busy machine
 another process can take one in between ("Address already in use", one of five kernels started
@@ -39,6 +44,7 @@ def main(source: str, target: str, timeout: int = 600, kernel_name: str = "pytho
     for attempt in range(1, STARTS + 1):
         nb = nbformat.read(source, as_version=4)
         client = NotebookClient(nb, timeout=timeout, kernel_name=kernel_name, store_widget_state=True,
+                                iopub_timeout=timeout, raise_on_iopub_timeout=True,
                                 extra_arguments=["--IPKernelApp.log_level=ERROR"],
                                 resources={"metadata": {"path": str(Path(target).resolve().parent)}})
         try:

@@ -29,8 +29,9 @@ def _run(notebook: Path, cwd: Path, timeout: int = 600):
     except ImportError as exc:
         unavailable(f"{exc.name} is not installed; pip install -e '.[test]' (the README's test command does)")
     nb = nbformat.read(notebook, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                                     resources={"metadata": {"path": str(cwd)}})
+    # a cell's output is awaited as long as the cell (nbclient's default is 4 s after its reply)
+    client = nbclient.NotebookClient(nb, timeout=timeout, kernel_name="python3", iopub_timeout=timeout,
+                                     raise_on_iopub_timeout=True, resources={"metadata": {"path": str(cwd)}})
     client.execute()
     return nb
 

@@ -34,8 +34,8 @@ def test_quickstart_runs_end_to_end_and_its_saved_widget_shows_a_completed_compa
     nb = nbformat.read(QUICKSTART, as_version=4)
     env_home = tmp_path / "home"
     env_home.mkdir()
-    client = NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True,
-                            resources={"metadata": {"path": str(tmp_path)}})
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True, iopub_timeout=300,
+                            raise_on_iopub_timeout=True, resources={"metadata": {"path": str(tmp_path)}})
     old_home = os.environ.get("HOME")
     os.environ["HOME"] = str(env_home)  # no user config leaks into the run
     try:

@@ -78,3 +78,42 @@ def test_a_notebook_whose_cell_fails_is_never_run_again(tmp_path: Path) -> None:
     assert done.returncode != 0 and "the cell fails" in done.stderr, done.stderr[-3000:]
     assert starts == 1, "a cell ran: starting again would run it twice"
     assert "starting a fresh one" not in done.stderr
+
+
+# A kernel as a loaded machine makes it: each cell's reply goes out at once, its idle status 6 s
+# later (dispatch_shell publishes "idle" only after the handler returns).
+_LATE_IDLE_KERNEL = """import time
+from ipykernel.ipkernel import IPythonKernel
+from ipykernel.kernelapp import IPKernelApp
+
+class LateIdleKernel(IPythonKernel):
+    async def execute_request(self, stream, ident, parent):
+        await super().execute_request(stream, ident, parent)
+        time.sleep(6)
+
+IPKernelApp.launch_instance(kernel_class=LateIdleKernel)
+"""
+
+
+def test_output_that_comes_after_the_cells_reply_is_kept_and_the_terminal_stays_quiet(tmp_path: Path) -> None:
+    spec = tmp_path / "jupyter" / "kernels" / "lateidle"
+    spec.mkdir(parents=True)
+    (spec / "lateidle.py").write_text(_LATE_IDLE_KERNEL)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, str(spec / "lateidle.py"), "-f", "{connection_file}"], "display_name": "late idle",
+        "language": "python"}))
+    source = tmp_path / "late.ipynb"
+    # printed 5 s after the cell started: after its reply, before its idle status (nbclient's own
+    # default stops listening 4 s after the reply and drops it with a warning)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import threading\nthreading.Timer(5, lambda: print('late output', flush=True)).start()")]), source)
+    target = tmp_path / "out.ipynb"
+    script = f"import sys; sys.argv = ['run_notebook.py']; " \
+             f"sys.path.insert(0, {str(REPO / 'scripts')!r}); import run_notebook; " \
+             f"sys.exit(run_notebook.main({str(source)!r}, {str(target)!r}, 120, 'lateidle'))"
+    env = dict(repo_python_env(), JUPYTER_PATH=str(tmp_path / "jupyter"))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stderr == ""
+    (output,) = nbformat.read(target, as_version=4).cells[0].outputs
+    assert output["text"] == "late output\n"
