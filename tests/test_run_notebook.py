@@ -44,23 +44,30 @@ os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *sys.argv[
 """
 
 
-def _flaky_kernel_run(tmp_path: Path, code: str, *, dies_first: bool) -> tuple[subprocess.CompletedProcess[str], int]:
-    """The runner on a one-cell notebook whose kernel counts its starts (and dies on the first)."""
-    spec = tmp_path / "jupyter" / "kernels" / "flaky"
+def _run_with_kernel(tmp_path: Path, kernel: str, kernel_source: str, code: str,
+                     **env: str) -> subprocess.CompletedProcess[str]:
+    """The runner on a one-cell notebook (``code``) in a kernel of the test's own: ``kernel_source``
+    runs as the kernel's program, ``env`` beside the usual environment; the output goes to out.ipynb."""
+    spec = tmp_path / "jupyter" / "kernels" / kernel
     spec.mkdir(parents=True)
-    (spec / "flaky.py").write_text(_FLAKY_KERNEL)
+    (spec / "kernel.py").write_text(kernel_source)
     (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, str(spec / "flaky.py"), "-f", "{connection_file}"], "display_name": "flaky",
+        "argv": [sys.executable, str(spec / "kernel.py"), "-f", "{connection_file}"], "display_name": kernel,
         "language": "python"}))
     source = tmp_path / "one.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)]), source)
-    starts = tmp_path / "starts.txt"
-    env = dict(repo_python_env(), JUPYTER_PATH=str(tmp_path / "jupyter"), SOBA_TEST_KERNEL_STARTS=str(starts),
-               **({"SOBA_TEST_KERNEL_DIES_FIRST": "1"} if dies_first else {}))
     script = f"import sys; sys.argv = ['run_notebook.py']; " \
              f"sys.path.insert(0, {str(REPO / 'scripts')!r}); import run_notebook; " \
-             f"sys.exit(run_notebook.main({str(source)!r}, {str(tmp_path / 'out.ipynb')!r}, 120, 'flaky'))"
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+             f"sys.exit(run_notebook.main({str(source)!r}, {str(tmp_path / 'out.ipynb')!r}, 120, {kernel!r}))"
+    return subprocess.run([sys.executable, "-c", script], env=dict(repo_python_env(), JUPYTER_PATH=str(
+        tmp_path / "jupyter"), **env), capture_output=True, text=True, timeout=300)
+
+
+def _flaky_kernel_run(tmp_path: Path, code: str, *, dies_first: bool) -> tuple[subprocess.CompletedProcess[str], int]:
+    """The runner on a one-cell notebook whose kernel counts its starts (and dies on the first)."""
+    starts = tmp_path / "starts.txt"
+    done = _run_with_kernel(tmp_path, "flaky", _FLAKY_KERNEL, code, SOBA_TEST_KERNEL_STARTS=str(starts),
+                            **({"SOBA_TEST_KERNEL_DIES_FIRST": "1"} if dies_first else {}))
     return done, starts.read_text().count("start") if starts.exists() else 0
 
 
@@ -96,24 +103,11 @@ IPKernelApp.launch_instance(kernel_class=LateIdleKernel)
 
 
 def test_output_that_comes_after_the_cells_reply_is_kept_and_the_terminal_stays_quiet(tmp_path: Path) -> None:
-    spec = tmp_path / "jupyter" / "kernels" / "lateidle"
-    spec.mkdir(parents=True)
-    (spec / "lateidle.py").write_text(_LATE_IDLE_KERNEL)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, str(spec / "lateidle.py"), "-f", "{connection_file}"], "display_name": "late idle",
-        "language": "python"}))
-    source = tmp_path / "late.ipynb"
     # printed 5 s after the cell started: after its reply, before its idle status (nbclient's own
     # default stops listening 4 s after the reply and drops it with a warning)
-    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "import threading\nthreading.Timer(5, lambda: print('late output', flush=True)).start()")]), source)
-    target = tmp_path / "out.ipynb"
-    script = f"import sys; sys.argv = ['run_notebook.py']; " \
-             f"sys.path.insert(0, {str(REPO / 'scripts')!r}); import run_notebook; " \
-             f"sys.exit(run_notebook.main({str(source)!r}, {str(target)!r}, 120, 'lateidle'))"
-    env = dict(repo_python_env(), JUPYTER_PATH=str(tmp_path / "jupyter"))
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    done = _run_with_kernel(tmp_path, "lateidle", _LATE_IDLE_KERNEL,
+                            "import threading\nthreading.Timer(5, lambda: print('late output', flush=True)).start()")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stderr == ""
-    (output,) = nbformat.read(target, as_version=4).cells[0].outputs
+    (output,) = nbformat.read(tmp_path / "out.ipynb", as_version=4).cells[0].outputs
     assert output["text"] == "late output\n"
