@@ -400,10 +400,10 @@ _CODE_CELLS_SHOWN_JS = """
 
 def _code_first_lines(notebook_path: Path) -> list[str]:
     """The first line of each code cell of the notebook file, as its editor shows it."""
-    cells = json.loads(notebook_path.read_text(encoding="utf-8"))["cells"]
-    sources = ("".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-               for c in cells if c["cell_type"] == "code")
-    return [source.split("\n", 1)[0] for source in sources]
+    import nbformat  # a test dependency, imported here like playwright: the harness imports without it
+
+    cells = nbformat.read(notebook_path, as_version=4).cells
+    return [c.source.split("\n", 1)[0] for c in cells if c.cell_type == "code"]
 
 
 @contextlib.contextmanager
