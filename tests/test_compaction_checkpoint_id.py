@@ -11,11 +11,14 @@ tokens more.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 
+import pytest
 from compaction_support import FakeSummarizer, capsules, fill, make_engine, small_config, text_of
 
 from soba_notebook.compaction import Capsule, TurnState
+from soba_notebook.session import entries
 
 #: shaped like the engine's random ids (``ck_`` and ten hex digits), and one of the costliest of
 #: them in a capsule's opening tag: six tokens more than an id of zeros
@@ -27,9 +30,15 @@ COSTLY_ID = "ck_0a8c5a7f1d"
 GOAL = text_of(4000)
 
 
-def _hard_limit_preflight(tmp: Path, base_tokens: int) -> tuple[int, int, dict]:
+def _hard_limit_preflight(tmp: Path, base_tokens: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, int, dict]:
     """A session over the hard limit, compacted by the preflight, with ``base_tokens`` of system
-    prompt and tools: (effective tokens after, hard limit, the capsule's data)."""
+    prompt and tools: (effective tokens after, hard limit, the capsule's data).
+
+    Every session gets the same entry ids: the capsule names the first and last entry it covers,
+    and random hex ids cost a varying number of tokens (the CI run on 31ba7a5 drew ids three
+    tokens costlier than the probe's, so every base of the walk was already past the edge)."""
+    counter = itertools.count(1)
+    monkeypatch.setattr(entries, "_urandom", lambda n: next(counter).to_bytes(n, "big"))
     summarizer = FakeSummarizer(answer=lambda r: Capsule(goal=GOAL, done=("model summary",),
                                                          next_steps=("model next step",)))
     store, engine, _ = make_engine(tmp, small_config(tmp), summarizer, flight=False)
@@ -43,14 +52,15 @@ def _hard_limit_preflight(tmp: Path, base_tokens: int) -> tuple[int, int, dict]:
     return after.effective, after.hard_limit, dict(capsule.data)
 
 
-def test_a_hard_limit_capsule_is_measured_with_the_checkpoint_id_it_is_appended_with(tmp_path: Path) -> None:
+def test_a_hard_limit_capsule_is_measured_with_the_checkpoint_id_it_is_appended_with(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # each base token moves the continuation by one: find the base that fills the hard limit
     # exactly, then walk across that edge a token at a time (wider than the id's extra cost)
-    first, hard, _ = _hard_limit_preflight(tmp_path / "probe", 0)
+    first, hard, _ = _hard_limit_preflight(tmp_path / "probe", 0, monkeypatch)
     edge = hard - first
     shrunk = 0
     for base in range(edge - 2, edge + 8):
-        effective, hard, data = _hard_limit_preflight(tmp_path / f"base{base}", base)
+        effective, hard, data = _hard_limit_preflight(tmp_path / f"base{base}", base, monkeypatch)
         assert effective <= hard, f"base {base:,}: {effective:,} tokens sent, over the hard limit {hard:,}"
         assert data["tokensAfter"] == effective, "the capsule records what the next request measures"
         shrunk += data["quality"] == "degraded"
