@@ -75,14 +75,21 @@ def _project(tmp_path: Path, server: Server) -> Path:
     return project
 
 
-def _run_turns(project: Path, home: Path, server: Server, prompts: tuple[str, ...]) -> tuple[list[Event], list[Any]]:
-    """Run ``prompts`` as turns of one session; the agent's events and the turn results."""
+def _run_turns(project: Path, home: Path, server: Server, prompts: tuple[str, ...],
+               asked: list[str] | None = None) -> tuple[list[Event], list[Any]]:
+    """Run ``prompts`` as turns of one session; the agent's events and the turn results.
+    ``asked`` collects the purpose of each request the agent hands its providers (``complete``):
+    the requests it means to make, model steps and summaries alike, before any transport."""
     from soba_notebook.config import load_config
 
     events: list[Event] = []
     results = []
     handle = open_agent(project, config=load_config(home=home, project_dir=project))
     handle.agent.bus.subscribe(events.append)
+    if asked is not None:
+        agent = handle.agent
+        for provider in {id(p): p for p in (agent.provider, agent.summary_provider)}.values():
+            provider.complete = _counted(provider.complete, asked)  # type: ignore[method-assign]
 
     async def turns() -> None:
         try:
@@ -98,6 +105,13 @@ def _run_turns(project: Path, home: Path, server: Server, prompts: tuple[str, ..
         handle.close()
     server.wait_until_idle()
     return events, results
+
+
+def _counted(complete: Callable[..., Any], asked: list[str]) -> Callable[..., Any]:
+    async def counted(request: ModelRequest, **kwargs: Any) -> Any:
+        asked.append(request.purpose)
+        return await complete(request, **kwargs)
+    return counted
 
 
 def _replies(project: Path) -> list[Any]:
@@ -166,20 +180,37 @@ def test_llama_cpp_python_tool_steps_cost_one_request_each_after_the_first_and_n
         tmp_path: Path) -> None:
     with running_server(tmp_path / "server.log") as server:
         project = _project(tmp_path, server)
-        events, results = _run_turns(project, tmp_path / "home", server, PROMPTS)
-        posts = server.log_text().count('"POST /v1/chat/completions HTTP/1.1"')
+        asked: list[str] = []
+        events, results = _run_turns(project, tmp_path / "home", server, PROMPTS, asked)
+        log = server.log_text()
+    posts = log.count('"POST /v1/chat/completions HTTP/1.1"')
     inferences = sum(r.inferences for r in results)
     retries = [e for e in events if e.type == "retry"]
     calls = sum(len(e.tool_calls) for e in _replies(project))
     # a turn that ends "the server ran past its own context" made its request and got no reply
     ran_past = sum(1 for r in results if SERVER_RAN_PAST_ITS_CONTEXT in (r.error or ""))
     print(f"\nllama-cpp-python: {len(results)} turns ({[r.outcome for r in results]}), {inferences} model steps "
-          f"({calls} tool calls), {ran_past} requests the server ran past its context on, {posts} requests to the "
-          f"server, {len(retries)} retries")
+          f"({calls} tool calls), {ran_past} requests the server ran past its context on, {len(asked)} requests "
+          f"asked ({', '.join(sorted(set(asked)))}), {posts} requests to the server, {len(retries)} retries")
     assert max(r.inferences for r in results) >= 2, "a turn with a tool step and a reply after it"
     assert retries == [], [e["reason"] for e in retries]
+    # every step answered, every one the server ran past, and anything else asked (a context
+    # overflow's refused request and its recovery's summary: a real outcome when a 135M model's
+    # calls fill llama-cpp-python's context) is a request the agent meant to make
+    assert len(asked) >= inferences + ran_past, (asked, inferences, ran_past)
     # the first request with tools: its empty stream, then the same request plain; then one each
-    assert posts == inferences + ran_past + 1, (posts, inferences, ran_past)
+    assert posts == len(asked) + 1, _request_story(log, events, results)
+
+
+def _request_story(log: str, events: list[Event], results: list[Any]) -> str:
+    """Why the requests the server saw differ from the steps the agent made: each turn's outcome,
+    the agent's events other than streamed text, and the server's own request lines."""
+    happened = [e.type if e.type not in ("compaction_end", "error") else f"{e.type}: {dict(e.data)}"
+                for e in events if e.type not in ("message_delta", "budget", "compaction_progress")]
+    requests = [line.strip() for line in log.splitlines() if '"POST ' in line or "Traceback" in line or "Error" in line]
+    return "\n".join([f"turns: {[(r.outcome, r.inferences, r.error) for r in results]}",
+                      "agent events: " + ", ".join(happened),
+                      "server requests:", *requests])
 
 
 def _print_steps(project: Path) -> None:
