@@ -38,8 +38,10 @@ from realmodel_support import (
 )
 
 from soba_notebook.agent.project import open_agent
+from soba_notebook.compaction import Capsule, Decision
+from soba_notebook.compaction.capsule import render
 from soba_notebook.events import Event
-from soba_notebook.providers.base import ModelRequest
+from soba_notebook.providers.base import ModelRequest, ToolSpec
 from soba_notebook.providers.openai import OpenAIChatProvider
 from soba_notebook.session import SessionStore, list_sessions
 from soba_notebook.tokens import TokenCounter
@@ -143,20 +145,34 @@ def test_soba_counts_every_request_within_two_percent_of_the_server_after_the_fi
     assert later == [], later
 
 
-#: a capsule of the kind a 135M model writes: made-up identifiers tokenize unlike prose (issue 26, run 7)
-CAPSULE_TEXT = ("## Goal\nFix add in calc.py.\n## Files read\n- calc.py\n## Decisions\n- keep mul as it is "
-                "(checked by qZ7vK2pL9x and Wm3nR8tY1b); code word xq7Zk9-8fJq2\n## Next steps\n- run python calc.py")
+#: a capsule as the model reads it, of the kind a 135M model writes: made-up identifiers tokenize
+#: unlike prose (issue 26, run 7), and the wrapper's tag, quotes and an ampersand are what an
+#: HTML-escaping template rewrites (a CI run of issue 26: 45 tokens the raw text did not count)
+CAPSULE_TEXT = render(Capsule(
+    goal="Fix add in calc.py so that add(2, 3) == 5 & mul stays as it is",
+    files_read=("calc.py",), next_steps=("run python calc.py",),
+    decisions=(Decision("keep mul as it is", "checked by qZ7vK2pL9x and Wm3nR8tY1b; code word xq7Zk9-8fJq2"),)),
+    checkpoint_id="ck_512e0cc404")
+#: one tool, so a request offers tools: llama-cpp-python's answer to it names its template
+READ = ToolSpec("read_file", "Read a file", {"type": "object", "properties": {"path": {"type": "string"}},
+                                              "required": ["path"]})
 
 
 def test_the_servers_count_of_a_capsules_text_is_what_that_text_adds_to_its_prompt_count(
         server: Server, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     """``count_text_tokens`` (what a new capsule's "after" figure rests on) against the server's own
-    ``usage.prompt_tokens``: one message holding the text, less one holding a word of it."""
-    provider = OpenAIChatProvider(MODEL_ALIAS, base_url=server.base_url, stream="never")
+    ``usage.prompt_tokens``: one message holding the text, less one holding a word of it. The
+    provider has made a request with tools first, as the agent has before any capsule: that is how
+    it learns llama-cpp-python's template, which HTML-escapes every message's text."""
+    provider = OpenAIChatProvider(MODEL_ALIAS, base_url=server.base_url)
 
     async def counts() -> tuple[int | None, int, int]:
         try:
+            await provider.complete(ModelRequest(
+                model=MODEL_ALIAS, system="", messages=({"role": "user", "content": "Read calc.py"},),
+                tools=(READ,), max_output_tokens=32))
             counted = await provider.count_text_tokens(CAPSULE_TEXT)
+            provider.stream_mode = "never"  # each reply's usage, whatever the server streams
             prompts = []
             for content in (f"Read\n{CAPSULE_TEXT}", "Read\n"):
                 reply = await provider.complete(ModelRequest(
@@ -170,8 +186,10 @@ def test_the_servers_count_of_a_capsules_text_is_what_that_text_adds_to_its_prom
 
     counted, with_text, without = asyncio.run(counts())
     local = TokenCounter(MODEL_ALIAS).count_text(CAPSULE_TEXT)
-    print(f"\n{request.node.callspec.id}: capsule text {counted} tokens by the server's count, "
+    name = request.node.callspec.id
+    print(f"\n{name}: capsule text {counted} tokens by the server's count, "
           f"{with_text - without} by its prompt counts, {local} by the local tokenizer")
+    assert provider.escapes_text == (name == "llama-cpp-python"), "only chatml-function-calling escapes text"
     assert counted is not None, "a llama.cpp server counts text on request"
     assert abs(counted - (with_text - without)) <= 1, (counted, with_text, without)
 

@@ -8,7 +8,15 @@ import pytest
 
 from soba_notebook.session import ToolCall, assistant_message, user_message
 from soba_notebook.session.entries import Entry
-from soba_notebook.tokens import MESSAGE_OVERHEAD, Calibration, TokenCounter, encoding_name_for_model, load_encoding
+from soba_notebook.tokens import (
+    MESSAGE_OVERHEAD,
+    Calibration,
+    TokenCounter,
+    encoding_name_for_model,
+    html_escaped,
+    load_encoding,
+    template_escapes,
+)
 
 
 @pytest.fixture
@@ -116,3 +124,13 @@ def test_fallback_estimate_is_labelled_when_no_encoding_loads(monkeypatch: pytes
         counter = TokenCounter("gpt-4o")
     assert not counter.exact and "estimate" in counter.encoding_name
     assert counter.count_text("abcdefgh") == 2
+
+
+def test_html_escaped_is_what_jinjas_autoescape_renders_of_a_capsule() -> None:
+    # llama-cpp-python's chatml-function-calling template renders every text through Jinja's
+    # autoescape: markupsafe is the reference for what the server puts in the prompt
+    import markupsafe
+
+    text = '<context_capsule checkpoint="ck_1">\n## Goal\nadd(2, 3) == 5 & it\'s <b>done</b> &#34;</context_capsule>'
+    assert html_escaped(text) == str(markupsafe.escape(text))
+    assert template_escapes(text) == html_escaped(text).count("&")
