@@ -129,12 +129,22 @@ TOOL_NAMES = set(default_tools(ToolsConfig()).names())
 
 def test_real_model_turns_in_a_kernel_call_tools_report_usage_calibrate_and_summarize_into_a_valid_capsule(
         server: Server, tmp_path: Path) -> None:
-    project = _project(tmp_path, _config(server, keepRecentTokens=300))
+    # History a capsule can shorten, whatever the model does. llama-cpp-python's template renders
+    # no tool result's content, so there four turns of a 135M model's calls were 430 tokens, and in
+    # a CI run (847b495) even the local capsule of them would have grown the context ("2,009 →
+    # 2,122 tokens; nothing appended"): on it the first prompt carries notes (about 320 tokens, a
+    # paragraph of their own, so the capsule's goal is the first line) and the retained tail is
+    # 100 tokens. llama-server renders the tool results; there the notes made the 135M model write
+    # "../../" paths until its JSON answer was cut, and no tool ran.
+    notes = isinstance(server, LocalServer)
+    project = _project(tmp_path, _config(server, keepRecentTokens=100 if notes else 300))
     kernel = Kernel(project, tmp_path / "home", timeout=IDLE_WAIT_LIMIT)
+    first = ("Read the file calc.py and keep these notes on the parser in mind:\n\n" + LOREM * 8 if notes
+             else "Read the file calc.py")
     try:
-        for prompt in ("Read the file calc.py", "List the files in the workspace",
+        for prompt in (first, "List the files in the workspace",
                        "Read calc.py again and tell me what add does", "Run python calc.py with the shell tool"):
-            status, text = kernel.run(f"%soba {prompt}")
+            status, text = kernel.run(f"%%soba\n{prompt}")  # the cell body is the prompt, lines and all
             # A 135M model under llama-cpp-python's automatic tool choice can make the server run
             # past its own context (it appends every function call to its own prompt); that turn
             # fails saying so, without a traceback, and the session goes on.
