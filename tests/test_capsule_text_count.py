@@ -174,3 +174,41 @@ def test_a_local_capsule_that_replaces_a_model_capsule_too_large_is_counted_by_t
     assert len(asked) == 4 and asked[2:] == [text, ""], "the model's capsule, then the local one as it is sent"
     assert agent.engine.inputs.capsule.data["textTokens"] == WORD_TOKENS * len(text.split())
     assert budget == outcome.tokens_after
+
+
+def test_a_local_capsule_that_the_servers_count_makes_larger_than_the_history_is_not_appended(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    # The local capsule that would replace a model capsule too large is decided on the server's
+    # count of its text, not on the estimate: the estimate was 2 tokens under it once, and a capsule
+    # that grew the context (2,184 → 2,186) was appended (fresh-clone CI of 795380c).
+    def costly(body: Mapping[str, Any]) -> dict[str, Any]:
+        return {"count": BOS + 60 * len(str(body.get("input", "")).split())}
+
+    fake_server.post_routes["/extras/tokenize/count"] = costly
+    pending = [f"step {i} of the parser plan: keep every node's source span and line" for i in range(300)]
+    summary = json.dumps({"goal": "keep the parser's spans", "pending": pending})
+    fake_server.handler = lambda path, body: ({"text": summary} if is_summary_request(body)
+                                              else {"text": "ok", "usage": {"prompt_tokens": 3000,
+                                                                            "completion_tokens": 1}})
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url,
+                             compaction={"auto": False, "keepRecentTokens": 60})
+
+    async def scenario() -> CompactionOutcome:
+        try:
+            await agent.run_turn("Remember this. " + LONG)
+            await agent.run_turn("And this. " + LONG)
+            return await agent.compact()
+        finally:
+            await agent.provider.aclose()
+
+    outcome = asyncio.run(scenario())
+    asked = [body["input"] for path, body in fake_server.other_posts if path == "/extras/tokenize/count"]
+    assert len(asked) == 4 and asked[1::2] == ["", ""], "the model's capsule, then the local one (each with the BOS)"
+    local_text = asked[2]
+    local_estimate = agent.counter.calibrated(agent.counter.count_text(local_text))
+    assert local_estimate < outcome.tokens_before / 2, "the estimate alone would have let the local capsule in"
+    assert outcome.outcome == "skipped", outcome
+    assert "would not make the context smaller" in (outcome.reason or "") and "nothing appended" in outcome.reason
+    assert outcome.tokens_after is not None and outcome.tokens_after >= outcome.tokens_before, outcome
+    assert agent.engine.inputs.capsule is None
+    assert all(e.type != "capsule" for e in agent.store.path())
