@@ -498,9 +498,7 @@ class CompactionEngine:
         """The deterministic capsule, when it makes the continuation smaller than the history it
         replaces (the model's capsule did not: ``model_after`` tokens); else ``None``."""
         local = self._fitted(plan, checkpoint_id)
-        # Decided on the server's count of its text where there is one (the summary finished, so the
-        # server is idle): an estimate 2 tokens under it once appended a capsule that grew the context
-        # (2,184 → 2,186, fresh-clone CI of 795380c).
+        # on the server's count where there is one (idle: the summary finished); the estimate once let 2,184 → 2,186 in
         await self.text_counts.learn(self._capsule_text(local, "degraded", checkpoint_id))
         after = self._measure_after(plan, local, "degraded", checkpoint_id)
         if after >= plan.tokens_before:
