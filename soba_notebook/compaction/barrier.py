@@ -349,10 +349,9 @@ class CompactionEngine:
                     return self._finish(plan.operation_id, trigger, "skipped", missed, check, None, started,
                                         tokens_after=after, quality=quality, ungrounded=ungrounded)
             elif trigger not in MANDATORY and after >= plan.tokens_before:
-                # Exempt from the ROI gate is not licence to grow the context: a capsule that makes
-                # the continuation larger helps nobody. The local capsule replaces it when smaller.
-                # (A mandatory compact has its own guards: the hard limit and the overflow retry's.)
-                smaller = await self._smaller_than_before(plan, after, checkpoint_id)
+                # Exempt from the ROI gate is not licence to grow the context: the local capsule replaces
+                # it when smaller. (A mandatory compact has its guards: the hard limit, the overflow retry's.)
+                smaller = await self._smaller_than_before(plan, after, checkpoint_id, idle=quality != "degraded")
                 if smaller is None:
                     return self._finish(
                         plan.operation_id, trigger, "skipped",
@@ -493,13 +492,14 @@ class CompactionEngine:
                 return smaller, capsule, "degraded", "retained tail shrunk to fit the hard limit"
         return None
 
-    async def _smaller_than_before(self, plan: CompactionPlan, model_after: int,
-                                   checkpoint_id: str) -> tuple[Capsule, Quality, str, int] | None:
+    async def _smaller_than_before(self, plan: CompactionPlan, model_after: int, checkpoint_id: str, *,
+                                   idle: bool) -> tuple[Capsule, Quality, str, int] | None:
         """The deterministic capsule, when it makes the continuation smaller than the history it
-        replaces (the model's capsule did not: ``model_after`` tokens); else ``None``."""
+        replaces (the model's capsule did not: ``model_after`` tokens); else ``None``. ``idle``: the
+        summary finished, so the server counts the capsule (the estimate once let 2,184 → 2,186 in)."""
         local = self._fitted(plan, checkpoint_id)
-        # on the server's count where there is one (idle: the summary finished); the estimate once let 2,184 → 2,186 in
-        await self.text_counts.learn(self._capsule_text(local, "degraded", checkpoint_id))
+        if idle:
+            await self.text_counts.learn(self._capsule_text(local, "degraded", checkpoint_id))
         after = self._measure_after(plan, local, "degraded", checkpoint_id)
         if after >= plan.tokens_before:
             return None
