@@ -2,8 +2,9 @@
 
 An ``AsyncClient``'s pooled connections belong to the loop that opened them, while a provider
 object outlives ``asyncio.run`` calls (tests) or moves to the notebook's background loop; this
-module owns that bookkeeping, the client's timeouts, and the one network-environment rule
-(proxy variables are ignored for servers on this machine, where they only ever do harm).
+module owns that bookkeeping, the client's timeouts, the one network-environment rule (proxy
+variables are ignored for servers on this machine, where they only ever do harm), and what to do
+with a pooled connection the server had already closed (:class:`ReconnectOnce`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-__all__ = ["ClientCache", "is_loopback_url"]
+__all__ = ["ClientCache", "ReconnectOnce", "is_loopback_url"]
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
@@ -29,6 +30,39 @@ def is_loopback_url(url: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+#: what httpcore says when a connection closed before a single byte of the response came
+_CLOSED_UNANSWERED = "without sending a response"
+
+
+class ReconnectOnce(httpx.AsyncBaseTransport):
+    """Sends a request again, once, when the connection it went out on closed before the server
+    answered a single byte: the pooled connection the server had already closed, whose close
+    reached this side only after the request was written.
+
+    llama-server closes its connection after a streamed reply, and the pool handed that connection
+    to the next request within milliseconds in 6 of 30 tries here: its ``/tokenize`` then failed
+    ("Server disconnected without sending a response"), which once left a compaction without the
+    server's count (fresh-clone CI of ``9d79e29``), and a chat request would cost a visible retry
+    with a back-off. The failed connection has left the pool, so the second send opens a new one.
+    A second such failure is the caller's (its retries, its error); no other error is retried
+    here, and a body that cannot be sent twice (a stream) is not.
+    """
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await self._inner.handle_async_request(request)
+        except httpx.RemoteProtocolError as exc:
+            if _CLOSED_UNANSWERED not in str(exc) or not isinstance(request.stream, httpx.ByteStream):
+                raise
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class ClientCache:
@@ -57,7 +91,8 @@ class ClientCache:
         loop = asyncio.get_running_loop()
         client = self._client
         if client is None or client.is_closed or self._loop is None or self._loop() is not loop:
-            client = httpx.AsyncClient(transport=self._transport, timeout=self._timeout,
+            inner = self._transport or httpx.AsyncHTTPTransport(trust_env=self._trust_env)
+            client = httpx.AsyncClient(transport=ReconnectOnce(inner), timeout=self._timeout,
                                        trust_env=self._trust_env)
             self._client = client
             self._loop = weakref.ref(loop)

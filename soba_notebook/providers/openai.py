@@ -51,6 +51,8 @@ from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import httpx
+
 from soba_notebook.errors import ContextOverflowError, ProviderError
 from soba_notebook.session.entries import Usage
 from soba_notebook.surrogates import PairJoiner, clean_surrogates
@@ -265,8 +267,11 @@ class OpenAIChatProvider(RemoteProvider):
             return None
         if self.escapes_text:
             text = html_escaped(text)
-        count = await count_text_tokens(self._clients.get(), self.base_url, text, self.wire_headers(self.get_key()),
-                                        llama_server=self.quirks.renders_on_request)
+        try:
+            count = await count_text_tokens(self._clients.get(), self.base_url, text, self.wire_headers(self.get_key()),
+                                            llama_server=self.quirks.renders_on_request)
+        except httpx.TransportError:
+            return None  # this time only: a failed connection says nothing of the endpoint
         self.quirks.counts_text = count is not None
         return count
 

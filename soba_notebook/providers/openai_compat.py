@@ -292,7 +292,9 @@ async def count_text_tokens(client: httpx.AsyncClient, base_url: str, text: str,
 
     llama-server's ``/tokenize`` with ``add_special`` off; llama-cpp-python's
     ``/extras/tokenize/count``, which adds the model's BOS where it has one, so the count of an
-    empty text is taken off. ``None`` when the server has no such endpoint or does not answer."""
+    empty text is taken off. ``None`` when the server has no such endpoint or its answer is not a
+    count; a connection that failed (``httpx.TransportError``, a timeout included) is raised: that
+    says nothing of the endpoint."""
     root = server_root(base_url)
     try:
         if llama_server:
@@ -308,6 +310,8 @@ async def count_text_tokens(client: httpx.AsyncClient, base_url: str, text: str,
             if not isinstance(count, int) or isinstance(count, bool):
                 return None
             counts.append(count)
+    except httpx.TransportError:
+        raise
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
     return max(counts[0] - counts[1], 0)
