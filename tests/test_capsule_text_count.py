@@ -197,3 +197,22 @@ def test_a_local_capsule_that_the_servers_count_makes_larger_than_the_history_is
     assert outcome.tokens_after == outcome.tokens_before, "the context is unchanged"
     assert agent.engine.inputs.capsule is None
     assert all(e.type != "capsule" for e in agent.store.path())
+
+
+def test_the_predictor_learns_a_model_capsules_size_by_the_servers_count_as_the_after_figure_measures_it(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    # A soft summary missed under the default factor 1.25 (the server counted the capsule larger than
+    # the local tokenizer), and the factor learned from it was 1.03: the ratio was taken of local
+    # counts while "after" had the server's. The next prediction was then more optimistic, not less
+    # (fresh-clone CI of 66681fe, runs 52 and 53).
+    agent, _, _ = _compacted(tmp_path / "counted", fake_server, _words_doubled)
+    plain = FakeServer().start()
+    try:
+        other, _, _ = _compacted(tmp_path / "plain", plain, None)
+    finally:
+        plain.stop()
+    (counted,), (uncounted,) = agent.engine.predictor.observed, other.engine.predictor.observed
+    text = _capsule_text(agent)
+    scale = agent.engine.text_counts.scale(text)
+    assert scale > 1.5, "the fake tokenizer must count the capsule well above the local one"
+    assert counted == pytest.approx(uncounted * scale, rel=0.02), (counted, uncounted, scale)

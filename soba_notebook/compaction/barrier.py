@@ -342,15 +342,14 @@ class CompactionEngine:
                 return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
             progress("measure", 85)
             after = self._measure_after(plan, capsule, quality, checkpoint_id)
-            self._observe(plan, baseline, (generated, capsule), quality, after)
+            self._observe(plan, baseline, (generated, capsule), quality, (after, checkpoint_id))
             if trigger not in EXEMPT_FROM_SOFT_ROI:
                 missed = self._missed_soft_roi(plan, check, after)
                 if missed is not None:
                     return self._finish(plan.operation_id, trigger, "skipped", missed, check, None, started,
                                         tokens_after=after, quality=quality, ungrounded=ungrounded)
             elif trigger not in MANDATORY and after >= plan.tokens_before:
-                # Exempt from the ROI gate is not licence to grow the context: the local capsule replaces
-                # it when smaller. (A mandatory compact has its guards: the hard limit, the overflow retry's.)
+                # exempt from the ROI gate, not from growth: the local capsule replaces it when smaller
                 smaller = await self._smaller_than_before(plan, after, checkpoint_id, idle=quality != "degraded")
                 if smaller is None:
                     return self._finish(
@@ -422,13 +421,15 @@ class CompactionEngine:
                                                     input_tokens=summary_input_tokens(request, self.counter))
 
     def _observe(self, plan: CompactionPlan, baseline: Capsule | None, made: tuple[Capsule, Capsule],
-                 quality: Quality, after: int) -> None:
-        """Record the measured continuation; teach the predictor how a model's capsule as generated (the first
-        of ``made``, fitted: the second) compares with the plan's ``baseline``, both before the fit."""
-        attempt = replace(self._attempts.get(plan.operation_id, SummaryAttempt()), measured_after=after)
+                 quality: Quality, measured: tuple[int, str]) -> None:
+        """Record the measured continuation; teach the predictor how the model's capsule (``made``: it, then fitted)
+        compares with ``baseline`` before the fit, sized like "after" (``measured``: it and its checkpoint id)."""
+        attempt = replace(self._attempts.get(plan.operation_id, SummaryAttempt()), measured_after=measured[0])
         if attempt.generated and quality != "degraded":  # only the local fallback is degraded
-            if self.predictor is not None and baseline is not None:
-                self.predictor.observe(self._rendered_tokens(made[0], quality), self._rendered_tokens(baseline, "ok"))
+            if self.predictor is not None and baseline is not None:  # by the server's count where it counted one
+                scale = self.text_counts.scale(self._capsule_text(made[1], quality, measured[1]))
+                self.predictor.observe(round(self._rendered_tokens(made[0], quality) * scale),
+                                       self._rendered_tokens(baseline, "ok"))
             attempt = replace(attempt, output_tokens=self.counter.count_text(json.dumps(made[1].to_json())))
         self._attempts[plan.operation_id] = attempt
 
@@ -494,9 +495,8 @@ class CompactionEngine:
 
     async def _smaller_than_before(self, plan: CompactionPlan, model_after: int, checkpoint_id: str, *,
                                    idle: bool) -> tuple[Capsule, Quality, str, int] | None:
-        """The deterministic capsule, when it makes the continuation smaller than the history it
-        replaces (the model's capsule did not: ``model_after`` tokens); else ``None``. ``idle``: the
-        summary finished, so the server counts the capsule (the estimate once let 2,184 → 2,186 in)."""
+        """The deterministic capsule, when it makes the continuation smaller than the history (the model's did not:
+        ``model_after``); else ``None``. ``idle``: the server counts it first (the estimate let 2,184 → 2,186 in)."""
         local = self._fitted(plan, checkpoint_id)
         if idle:
             await self.text_counts.learn(self._capsule_text(local, "degraded", checkpoint_id))

@@ -69,6 +69,13 @@ class CapsuleTextCounts:
         """The server's count of ``text``, if it was counted."""
         return self._exact.get(text)
 
+    def scale(self, text: str) -> float:
+        """How much larger the server's count of ``text`` is than the local count (1.0 when the
+        server never counted it): the predictor learns a model capsule's size the way the "after"
+        figure measures it (``barrier._observe``)."""
+        local = self.counter.count_text(text)
+        return (local + self.extra(text)) / local if local > 0 else 1.0
+
     def extra(self, text: str, counted: int | None = None) -> int:
         """Raw tokens to add to the local count of ``text`` so that, calibrated, it sizes to the
         server's count (``counted``, as a capsule entry keeps it, else the one learned here); 0
