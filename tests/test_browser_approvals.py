@@ -56,7 +56,10 @@ def _answer(notebook: LabNotebook, cell: int, call_id: str, answer: str, *, reas
     """Answer call ``call_id``'s card as a person does (after the cell's live line says it waits),
     wait until the card shows the decision, and return the card."""
     card = _card(notebook, cell, call_id)
+    came_at = _offset_in_cell(notebook, cell, card)
     _wait_cell(notebook, cell, "waiting for your approval · ", WAIT_MS)
+    # nothing above a waiting card changes height: a card that moves under the pointer loses a click
+    assert _offset_in_cell(notebook, cell, card) == came_at, f"card {call_id} moved while it waited"
     if shot is not None:
         _shoot(card, shot)
     if reason:
@@ -71,6 +74,13 @@ def _answer(notebook: LabNotebook, cell: int, call_id: str, answer: str, *, reas
                              f"{notebook.diagnostics()}") from exc
     assert card.locator("button").count() == 0, "a decided card has no buttons left"
     return card
+
+
+def _offset_in_cell(notebook: LabNotebook, cell: int, card: Any) -> float:
+    """How far below the top of its code cell the card is drawn, in CSS pixels."""
+    code_cell = notebook.page.locator(".jp-Notebook .jp-CodeCell").nth(cell)
+    return float(card.evaluate("(el, cell) => el.getBoundingClientRect().top - cell.getBoundingClientRect().top",
+                               code_cell.element_handle()))
 
 
 def _card_comms(notebook: LabNotebook, call_id: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -188,6 +189,99 @@ def test_while_a_card_waits_the_cells_live_line_says_it_waits_for_approval(start
     running = [i for i, line in enumerate(seen.lines) if line.startswith("running shell · ")]
     assert waiting and card < waiting[0], seen.lines  # under the card, the line said it waits
     assert running and running[-1] > waiting[-1], seen.lines  # and that the call runs once answered
+
+
+def _clock_free(text: str) -> str:
+    return re.sub(r"\b\d[\d,]* s\b", "N s", text)
+
+
+#: One step of a cell as a front end meets it: ("shown", display id, text) a new display, ("update",
+#: display id, text) a display changed in place, ("card", call id, "") a card is on the page (its
+#: own display in a foreground cell, added to the slot in a background one), ("answer", call id, "").
+Step = tuple[str, str, str]
+
+
+def _card_moves(kernel: Kernel, msg_id: str, cards: int, *, until: str) -> list[Step]:
+    """Cell ``msg_id``'s displays and cards, in order, until it is idle, showed ``until`` and each of
+    ``cards`` cards was answered "once", a little over a second after it came (its clock moves)."""
+    steps: list[Step] = []
+    calls: dict[str, str] = {}  # a card's comm id -> its call id
+    came: dict[str, float] = {}
+    idle, deadline = False, time.monotonic() + 300
+
+    def send(comm_id: str, content: dict[str, Any]) -> None:
+        data = {"method": "custom", "content": content}
+        kernel.kc.shell_channel.send(kernel.kc.session.msg("comm_msg", {"comm_id": comm_id, "data": data}))
+
+    def card(call: str | None) -> None:
+        if call is not None and call not in came:
+            steps.append(("card", call, ""))
+            came[call] = time.monotonic()
+
+    while not (idle and len(came) == cards and any(until in text for _k, _d, text in steps)):
+        assert time.monotonic() < deadline, steps
+        for comm_id, call in calls.items():
+            if call in came and ("answer", call, "") not in steps and time.monotonic() - came[call] > 1.2:
+                steps.append(("answer", call, ""))
+                send(comm_id, {"answer": "once"})
+        try:
+            msg = kernel.kc.get_iopub_msg(timeout=0.1)
+        except queue.Empty:
+            continue
+        content, kind = msg["content"], msg["msg_type"]
+        data = content.get("data") if isinstance(content.get("data"), dict) else {}
+        if kind == "status" and msg["parent_header"].get("msg_id") == msg_id:
+            idle = idle or content["execution_state"] == "idle"
+        elif kind in ("display_data", "update_display_data"):
+            model = (data.get("application/vnd.jupyter.widget-view+json") or {}).get("model_id")
+            if model in calls:  # a foreground card: displayed in the cell itself
+                card(calls[model])
+            else:
+                steps.append(("shown" if kind == "display_data" else "update",
+                              str(content.get("transient", {}).get("display_id", "")), data.get("text/plain", "")))
+        elif kind == "comm_open" and isinstance(data.get("state", {}).get("request"), dict):
+            calls[content["comm_id"]] = data["state"]["request"]["call_id"]
+            send(content["comm_id"], {"shown": True})
+        elif kind == "comm_msg" and "children" in data.get("state", {}):  # a background card added to the slot
+            for child in data["state"]["children"]:
+                card(calls.get(child.removeprefix("IPY_MODEL_")))
+    return steps
+
+
+def test_a_background_cells_board_is_sent_before_a_card_is_added_below_it_and_then_only_its_clock_moves(
+        started: Any, fake_server: FakeServer) -> None:
+    """A background cell's cards sit below its board (one display re-sent at most every 0.3 s). If
+    the board's last state came after the card, the card would jump down while a person (or a
+    browser test) clicks it, and a press and release on different elements is no click at all. So
+    when a card is added the board already shows all that came before the question and that it
+    waits; until the answer only its clock changes."""
+    kernel, _project = started()
+    _touch_then_reply(fake_server, "echo first-result", TOUCH)
+    steps = _card_moves(kernel, kernel.submit("%%soba --background\nmake the marker"), 2, until="After this turn")
+    for call, before in (("c0", ""), ("c1", "[ok] shell: [exit code 0]")):  # c1: c0 has run
+        at = steps.index(("card", call, ""))
+        board = [text for kind, _d, text in steps[:at] if kind == "update"][-1]
+        assert "waiting for your approval · shell" in board and before in board, (call, board)
+        while_waiting = [text for kind, _d, text in steps[at:steps.index(("answer", call, ""))] if kind == "update"]
+        assert all(_clock_free(text) == _clock_free(board) for text in while_waiting), (call, board, while_waiting)
+
+
+def test_nothing_shown_above_a_foreground_card_changes_while_it_waits(started: Any,
+                                                                     fake_server: FakeServer) -> None:
+    """A foreground cell shows the card below its output, and the live line that said "waiting for
+    the model" is emptied *before* the card comes (the line goes on below the card): an output
+    above a shown card that changes height would move the card under the pointer."""
+    kernel, _project = started()
+    _touch_then_reply(fake_server, "echo first-result", TOUCH)
+    steps = _card_moves(kernel, kernel.submit("%soba make the marker"), 2, until="done")
+    for call in ("c0", "c1"):
+        at = steps.index(("card", call, ""))
+        above = {shown for kind, shown, _t in steps[:at] if kind == "shown"}
+        waiting = steps[at:steps.index(("answer", call, ""))]
+        moved = [step for step in waiting if step[0] == "update" and step[1] in above]
+        assert not moved, (call, moved, steps)
+        waits = [text for kind, shown, text in steps[at:] if kind == "update" and shown not in above]
+        assert any(text.startswith("waiting for your approval · shell") for text in waits), steps  # below it
 
 
 _OPEN_ORDER = """

@@ -204,16 +204,24 @@ class ApprovalSlot:
     """A box a background cell shows while it runs; its cards are added to it later, each below the
     last (a settled card stays, showing its outcome, as in a foreground cell). Setting the box's
     children is a widget state change (a comm message), which reaches the cell in every front end;
-    a display *update* with a widget in it is not rendered by JupyterLab in a finished cell."""
+    a display *update* with a widget in it is not rendered by JupyterLab in a finished cell.
 
-    def __init__(self) -> None:
+    The box sits below the cell's board (``above``, :mod:`.board`), whose re-sends are throttled. The
+    board is sent before a card is added, so it already shows all that came before the question: a
+    late re-send taller than the last would move a card that is on screen, and a click whose press
+    and release land on different elements is lost (a person's, and a browser test's)."""
+
+    def __init__(self, above: Any | None = None) -> None:
         import ipywidgets  # type: ignore[import-untyped]
         from IPython.display import display
 
+        self._above = above
         self._box = ipywidgets.VBox()
         display(self._box)
 
     def show(self, card: Any) -> None:
+        if self._above is not None:
+            self._above.flush()
         self._box.children = (*self._box.children, card)
 
 

@@ -337,7 +337,7 @@ class NotebookSession:
         renderer = CellRenderer(self.frontend, display=board.display if board is not None else None)
         # where a question of this turn is shown later: a display made now, while the cell runs
         asks = self.handle is not None and self.handle.agent.config.tools.approval != "never"
-        slot = ApprovalSlot() if board is not None and asks else None
+        slot = ApprovalSlot(above=board) if board is not None and asks else None
         thread = threading.Thread(target=contextvars.copy_context().run,
                                   args=(self._follow, queued, events, renderer, board, slot),
                                   name="soba-background-cell", daemon=True)
@@ -529,11 +529,17 @@ def _render(event: Event, renderer: CellRenderer, slot: ApprovalSlot | None = No
     turn) or a terminal prompt, the live line saying it waits; anything else through ``renderer``."""
     if event.type == APPROVAL_EVENT:
         pending = event.data["pending"]
-        if renderer.terminal:  # the prompt blocks until answered: the line is off the screen first
-            renderer.handle(Event("approval_wait", {"name": pending.request.tool}, event.ts))
+        wait = Event("approval_wait", {"name": pending.request.tool}, event.ts)
+        # The line first where it is not below the card: a terminal's prompt blocks until answered,
+        # and a background cell's line is on its board, above the cards, sent before the card is.
+        line_first = renderer.terminal or slot is not None
+        if line_first:
+            renderer.handle(wait)
+        else:
+            renderer.make_room_for_card()
         pending.show(slot)
-        if not renderer.terminal:  # the card first, then the line that says it waits, below it
-            renderer.handle(Event("approval_wait", {"name": pending.request.tool}, event.ts))
+        if not line_first:  # a foreground cell: the card, then the line that says it waits, below it
+            renderer.handle(wait)
     else:
         renderer.handle(event)
 

@@ -209,13 +209,20 @@ class CellRenderer:
             self.activity = None
             self._erase()
             return
+        self.make_room_for_card()
+        self._begin(Activity("approval", event.ts, name=name))
+
+    def make_room_for_card(self) -> None:
+        """Send the streamed text and empty the live line before a question's card is shown below
+        them: the line goes on below the card (and the call's result takes its place there, under
+        the card that asked). Done before the card is displayed, nothing above a shown card changes
+        height, so it never moves under a person's pointer."""
+        if self.terminal:
+            return
         self._flush_text()
         if self._slot is not None:
-            # the call's line was shown before its card; the card is shown now, so the line goes on
-            # below it (and the call's result takes its place there, under the card that asked)
             self._slot.update({"text/plain": ""}, raw=True)
             self._slot, self._shown = None, ""
-        self._begin(Activity("approval", event.ts, name=name))
 
     def _on_text(self, text: str) -> None:
         self.text += text
