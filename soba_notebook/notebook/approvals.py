@@ -35,12 +35,15 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..agent.approval import ApprovalRequest, Decision
 from ..agent.approval_gate import mode_hint
 from ..cancel import CancelToken
 from ..events import Event
+
+if TYPE_CHECKING:
+    from .board import CellBoard
 
 __all__ = ["APPROVAL_EVENT", "APPROVAL_SETTLED_EVENT", "SHOWN_WITHIN_S", "ApprovalSlot", "NotebookApprover",
            "PendingApproval", "decision_text", "headless_reason", "parse_answer"]
@@ -211,7 +214,7 @@ class ApprovalSlot:
     late re-send taller than the last would move a card that is on screen, and a click whose press
     and release land on different elements is lost (a person's, and a browser test's)."""
 
-    def __init__(self, above: Any | None = None) -> None:
+    def __init__(self, above: CellBoard | None = None) -> None:
         import ipywidgets  # type: ignore[import-untyped]
         from IPython.display import display
 

@@ -530,15 +530,16 @@ def _render(event: Event, renderer: CellRenderer, slot: ApprovalSlot | None = No
     if event.type == APPROVAL_EVENT:
         pending = event.data["pending"]
         wait = Event("approval_wait", {"name": pending.request.tool}, event.ts)
-        # The line first where it is not below the card: a terminal's prompt blocks until answered,
-        # and a background cell's line is on its board, above the cards, sent before the card is.
-        line_first = renderer.terminal or slot is not None
-        if line_first:
+        if renderer.terminal or slot is not None:
+            # The line first: a terminal's prompt blocks until answered, and a background cell's
+            # line is on its board, above the cards, sent before the card is.
             renderer.handle(wait)
+            pending.show(slot)
         else:
+            # A foreground cell: the live line emptied before the card comes (nothing above a
+            # shown card may change height), then the card, then the line that says it waits.
             renderer.make_room_for_card()
-        pending.show(slot)
-        if not line_first:  # a foreground cell: the card, then the line that says it waits, below it
+            pending.show(slot)
             renderer.handle(wait)
     else:
         renderer.handle(event)
