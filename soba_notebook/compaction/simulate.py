@@ -95,38 +95,44 @@ def _dangling_calls(entries: Sequence[Entry]) -> set[str]:
 
 
 class _PairCheck:
-    """``pair_problems`` of the model input, kept up to date as the replay appends to it.
+    """Whether the model input's calls and results pair up (as ``pair_problems`` would find), kept up
+    to date as the replay appends to it.
 
     Recomputed only when the builder starts over (a capsule moved the start of the input); in
-    between the input only grows, so each inference checks just the entries appended since.
+    between the input only grows, so each inference checks just the entries appended since. A call in
+    ``dangling`` (never answered anywhere in the source) is not the replay's fault: it is never opened,
+    so a session with many of them costs no more per inference than one with none.
     """
 
-    def __init__(self, engine: CompactionEngine) -> None:
+    def __init__(self, engine: CompactionEngine, dangling: set[str]) -> None:
         self.inputs = engine.inputs
+        self._dangling = dangling
         self._rebuilds = -1
         self._seen = 0
-        self._open: dict[str, str] = {}
+        self._open: set[str] = set()
         self._calls: set[str] = set()
-        self._orphans: list[str] = []
+        self._orphans = 0
 
-    def problems(self) -> list[str]:
+    def intact(self) -> bool:
+        """No tool result without its call before it, and no call (but a dangling one) without its result."""
         messages = self.inputs.messages()
         if self.inputs.rebuilds != self._rebuilds or len(messages) < self._seen:
             self._rebuilds, self._seen = self.inputs.rebuilds, 0
-            self._open, self._calls, self._orphans = {}, set(), []
+            self._open, self._calls, self._orphans = set(), set(), 0
         for e in messages[self._seen:]:
             role = e.role
             if role == "assistant":
                 for call in e.tool_calls:
-                    self._open[call.id] = e.id or "?"
                     self._calls.add(call.id)
+                    if call.id not in self._dangling:
+                        self._open.add(call.id)
             elif role == "tool":
                 cid = e.tool_call_id or ""
                 if cid not in self._calls:
-                    self._orphans.append(f"tool result {e.id} has no call {cid!r} before it")
-                self._open.pop(cid, None)
+                    self._orphans += 1
+                self._open.discard(cid)
         self._seen = len(messages)
-        return [*self._orphans, *(f"tool call {cid!r} in {eid} has no result" for cid, eid in self._open.items())]
+        return not self._orphans and not self._open
 
 
 def replay(source: Sequence[Entry], config: SobaConfig, *, counter: TokenCounter | None = None,
@@ -179,8 +185,7 @@ async def _replay(source: Sequence[Entry], store: MemoryStore, config: SobaConfi
     if not options.predict:
         engine.predictor = None
     try:
-        dangling = _dangling_calls(source)
-        pairs = _PairCheck(engine)
+        pairs = _PairCheck(engine, _dangling_calls(source))
         records: list[InferenceRecord] = []
         turn, turn_no, inference = TurnState(), 0, 0
         for entry in source:
@@ -199,8 +204,6 @@ async def _replay(source: Sequence[Entry], store: MemoryStore, config: SobaConfi
                 except CompactionFailed:
                     after, blocked = engine.measure(), True
                 end = ends[-1].data if ends else None
-                problems = [p for p in pairs.problems()
-                            if not any(f"'{cid}'" in p and "has no result" in p for cid in dangling)]
                 records.append(InferenceRecord(
                     index=inference, entry_id=entry.id, turn=turn_no, effective_tokens=before.effective,
                     source=before.source, hard_limit=before.hard_limit, soft_limit=before.soft_limit,
@@ -208,7 +211,7 @@ async def _replay(source: Sequence[Entry], store: MemoryStore, config: SobaConfi
                     reason=end["reason"] if end else None, tokens_after=after.effective,
                     reclaimed_tokens=end["reclaimed_tokens"] if end else 0,
                     checkpoint_id=end["checkpoint_id"] if end else None, quality=end["quality"] if end else None,
-                    oversized=not blocked and after.effective > after.hard_limit, pairs_intact=not problems,
+                    oversized=not blocked and after.effective > after.hard_limit, pairs_intact=pairs.intact(),
                     blocked=blocked))
                 inference += 1
                 turn.inferences += 1
