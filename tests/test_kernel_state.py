@@ -69,9 +69,10 @@ def test_a_compaction_records_the_kernel_state_and_the_next_input_shows_it(tmp_p
     ns = {"df": pd.DataFrame({"x": [1, 2, 3]})}
     session = NotebookSession(tmp_path, user_namespace=ns, frontend="jupyterlab")
     handle = session.ensure()
-    assert asyncio.run(handle.agent.run_turn("Create a tiny calculator package and make its tests pass.")
-                       ).outcome == "completed"
-    outcome = asyncio.run(handle.agent.compact())
+    assert session.runtime is not None  # the agent's thread runs its turns and compactions
+    assert session.runtime.submit("Create a tiny calculator package and make its tests pass.").future.result(
+        ).outcome == "completed"
+    outcome = session.runtime.submit_job(lambda cancel: handle.agent.compact(None, cancel)).future.result()
     assert outcome.outcome == "completed"
     assert outcome.entry.data["kernelState"] == ["df: DataFrame shape (3, 1); columns: x int64"]
     first = handle.agent.engine.model_messages()[0]["content"]

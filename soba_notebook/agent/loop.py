@@ -261,8 +261,8 @@ class Agent:
 
     def set_config(self, config: SobaConfig) -> None:
         """Apply a changed config (``%auto_compact off``) and record the change in the transcript."""
+        self.engine.set_config(config)  # first: off the agent's thread it raises before anything changed
         before, self.config = self.config.to_json(), config
-        self.engine.set_config(config)
         self._fit_summaries()
         self.tool_context.config = config.tools
         if self._default_tools:
@@ -309,6 +309,7 @@ class Agent:
 
     async def _step(self, run: _TurnRun, cancel: CancelToken) -> bool:
         """One inference (after its preflight) and its tool calls; ``False`` when the turn ends."""
+        self.engine.owner.apply_posted()  # what the notebook asked for the next step (ownership.py)
         if cancel.cancelled:
             return run.end("cancelled")
         turn, max_steps = run.turn, self.config.agent.max_steps_per_turn

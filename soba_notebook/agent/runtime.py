@@ -14,6 +14,11 @@ never switched or closed under a running turn: its tool is stopped and gets its 
 queue); :meth:`AgentRuntime.job_tag`, asked on the runtime's thread, names the running job's tag,
 so whoever subscribes to the agent's events knows which job emitted each one and can send its
 output to the cell that started it. Nothing here knows IPython, so scripts and tests use it as it is.
+
+Once a runtime adopts an agent, its thread is the only one that changes the agent and its engine
+(:mod:`~soba_notebook.ownership`; a guarded change from another thread raises): other threads
+submit a job, or post a change that the running turn applies at its next step and that this
+runtime applies before its next job when no step took it.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ class AgentRuntime:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
         self._thread.start()
+        agent.engine.owner.bind(self._thread)  # from now on only this thread changes the agent (ownership.py)
         self._lock = threading.Lock()
         self._queue: deque[tuple[Job, concurrent.futures.Future[Any], CancelToken, str, object]] = deque()
         self._current: CancelToken | None = None
@@ -106,6 +112,7 @@ class AgentRuntime:
             if not future.set_running_or_notify_cancel():
                 continue
             try:
+                self.agent.engine.owner.apply_posted()  # posted for a step no turn took: applied before the job
                 result = await job(token)
             except BaseException as exc:  # the future carries it to whoever waits
                 future.set_exception(exc)

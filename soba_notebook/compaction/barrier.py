@@ -1,16 +1,16 @@
 """The preflight barrier: the one place compaction runs, immediately before an inference.
 
-:class:`CompactionEngine` owns a session's compaction state (pending intents, the budget
-tracker) and runs each compaction to exactly one terminal outcome: ``completed``, ``skipped``,
-``cancelled``, ``stale`` or ``failed``. The pipeline (DESIGN.md, "Compaction pipeline"):
+:class:`CompactionEngine` owns a session's compaction state (pending intents, the budget tracker) and runs each
+compaction to exactly one terminal outcome: ``completed``, ``skipped``, ``cancelled``, ``stale`` or ``failed``.
+Only the thread that owns it changes it (``ownership.py``). The pipeline (DESIGN.md, "Compaction pipeline"):
 
 1. measure the budget; pick the winning trigger (:func:`~.triggers.choose_trigger`);
 2. make an immutable :class:`~.planner.CompactionPlan` and emit ``compaction_start``;
 3. soft triggers: the pre-generation ROI gate (seed section 6, as written), then a stricter prediction
    (:mod:`.predict`): the continuation the deterministic capsule would give (grounded and rolled like a model's
    answer, its cost scaled by the learned model factor) must pass the post-generation gate, or no summary is requested;
-4. generate the capsule with the summarizer under ``timeoutMs``; on timeout (or a failing
-   summarizer) fall back at once to the deterministic capsule, ``quality: degraded``;
+4. generate the capsule with the summarizer under ``timeoutMs``; on timeout (or a failing summarizer) fall back
+   at once to the deterministic capsule, ``quality: degraded``;
 5. ground the summary (:func:`~.grounding.ground`: files, checks and skills are the deterministic facts, unsupported
    claims dropped and counted; template text for a goal or next steps makes it ``quality: partial``); fit it to its
    reserve (:mod:`.capsule_fit`); measure the exact continuation; soft triggers: the post-generation ROI gate
@@ -18,8 +18,8 @@ tracker) and runs each compaction to exactly one terminal outcome: ``completed``
 6. just before the append, check the cancel signal and the leaf: else ``cancelled`` / ``stale``, nothing written;
 7. emit ``compaction_end`` and write a flight record (never the summary text).
 
-The hard limit is fail-closed: if effective input is over it and compaction cannot bring it
-under, :class:`~soba_notebook.errors.CompactionFailed` is raised and no request is sent.
+The hard limit is fail-closed: if effective input is over it and compaction cannot bring it under,
+:class:`~soba_notebook.errors.CompactionFailed` is raised and no request is sent.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from ..config import SobaConfig
 from ..errors import CompactionFailed, StaleLeafError, TurnCancelled
 from ..events import EventBus
 from ..flight import FlightRecorder
+from ..ownership import Owner
 from ..scrub import Scrubber
 from ..session.entries import Entry
 from ..session.model_input import ModelInputBuilder
@@ -87,19 +88,16 @@ from .triggers import (
 __all__ = ["OUTCOMES", "CompactionEngine", "CompactionOutcome"]
 
 class CompactionEngine:
-    """Compaction for one session store. Not thread-safe: drive it from the agent's loop."""
+    """Compaction for one session store. Not thread-safe: its changes run on :attr:`owner`'s thread."""
 
     def __init__(self, store: SessionStore, config: SobaConfig, counter: TokenCounter, *,
                  bus: EventBus | None = None, summarizer: Summarizer | None = None, base_tokens: int = 0,
                  flight: FlightRecorder | None = None, clock: Callable[[], float] = time.monotonic) -> None:
-        self.store = store
-        self.config = config
-        self.counter = counter
+        self.store, self.config, self.counter = store, config, counter
         self.bus = bus or EventBus()
-        self.summarizer = summarizer
-        self.flight = flight
-        self.clock = clock
+        self.summarizer, self.flight, self.clock = summarizer, flight, clock
         self.intents = IntentQueue()
+        self.owner = Owner()  # the thread that may change this engine and its agent (ownership.py)
         self._capsule_cost: dict[str, int] = {}
         self.text_counts = CapsuleTextCounts(counter)  # the server's count of a new capsule (agent sets .count)
         self._capsule_msg: tuple[str | None, dict[str, Any]] | None = None
@@ -119,9 +117,9 @@ class CompactionEngine:
         self.new_checkpoint_id: Callable[[], str] = lambda: "ck_" + secrets.token_hex(5)
         #: seconds between progress updates while a summary is generated
         self.progress_interval = 0.25
-        #: the transcript's secret scrubber (JSON value -> JSON value), applied once to a capsule
-        #: entry's data as it is appended (and to a handoff capsule as it is returned); the agent
-        #: sets its own, by default the environment's secrets as they are at that moment
+        #: the transcript's secret scrubber (JSON value -> JSON value), applied once to a capsule entry's data as
+        #: it is appended (and to a handoff capsule as it is returned); the agent sets its own, by default the
+        #: environment's secrets as they are at that moment
         self.scrub: Callable[[Any], Any] = lambda value: Scrubber.from_environ().json(value)
         #: the kernel's variables for the capsule's kernel-state section (set by the notebook layer)
         self.kernel_state: KernelStateProvider | None = None
@@ -145,6 +143,7 @@ class CompactionEngine:
         self.tracker.base_tokens = value
 
     def set_config(self, config: SobaConfig) -> None:
+        self.owner.check("set_config")
         self.config = config
         self._soft_retry_at = None  # computed from the old ROI minimums
         self.tracker.hard, self.tracker.soft = config.hard_limit, config.soft_limit
@@ -182,6 +181,7 @@ class CompactionEngine:
         return self._published.latest()
 
     def record_intent(self, trigger: Trigger | str, note: str = "") -> bool:
+        self.owner.check("record_intent")
         return self.intents.record(trigger, self.config.compaction, note)
 
     def soft_ready(self, check: BudgetCheck | None = None) -> bool:

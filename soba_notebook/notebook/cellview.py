@@ -194,6 +194,7 @@ def cell_summary(snapshot: Mapping[str, Any], ends: Sequence[Mapping[str, Any]],
 _STATUS_LABELS = (
     ("session", "session"), ("file", "transcript"), ("provider", "provider"), ("offline", "offline model"),
     ("busy", "busy"), ("queued", "turns queued"), ("entries", "entries"), ("effective", "context"),
+    ("measured", "measured"),
     ("auto_compact", "auto-compaction"), ("pending_intents", "pending intents"), ("active_skills", "active skills"),
     ("last_compaction", "last compaction"), ("skip_note", "skipped since"), ("last_turn", "last turn"),
     ("provider_notes", "model server"), ("approval", "approval"),

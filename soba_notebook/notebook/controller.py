@@ -14,6 +14,8 @@ What the budget says comes from one place: the snapshot the engine publishes on 
 thread (``compaction/snapshot.py``). :meth:`NotebookSession.budget_snapshot` has the agent's
 thread measure and publish it when no job runs, and otherwise reads the one the running job
 published last; the kernel thread never measures while the agent's thread owns the engine.
+Nor does it change the agent: a setting, config edits, a checkpoint or a rewind is made on the
+agent's thread, between jobs or at the running turn's next step (:mod:`.agent_changes`).
 A kernel interrupt while waiting cancels the turn through the agent's cancel signal and waits
 for the transcript to be consistent again; the cell then says so, in a note and its static
 summary, in HTML and in text/plain (see :func:`cellview.stopped_turn`).
@@ -46,6 +48,7 @@ from ..config import ConfigEdit, SobaConfig, config_edit, load_config
 from ..errors import ConfigError
 from ..events import Event, EventBus
 from . import cellview
+from .agent_changes import Change, change_agent
 from .approvals import APPROVAL_EVENT, ApprovalSlot, NotebookApprover
 from .board import CellBoard
 from .busy import busy_while_waiting
@@ -65,6 +68,10 @@ OFFLINE_NOTICE = ("No model provider is configured: using the offline scripted m
 #: How long switching sessions waits for the cancelled turn to end (a tool is killed at once; a
 #: model request is aborted at once): long only when something does not honour its cancel.
 SWITCH_WAIT_SECONDS = 30.0
+
+#: How long a budget reading waits for the idle agent's thread to measure (it takes milliseconds):
+#: past that the last published snapshot is shown, so a stuck agent thread never hangs the kernel.
+BUDGET_WAIT_SECONDS = 5.0
 
 
 def _clip(text: str, limit: int = 60) -> str:
@@ -445,26 +452,30 @@ class NotebookSession:
                 renderer.finish()
 
     def budget_snapshot(self) -> BudgetSnapshot | None:
-        """The budget every display reads (module docstring): with no job running, measured and
-        published now on the agent's thread (so it is current, and the widget shows it too);
-        while one runs, the snapshot it published last. ``None`` before a session is open."""
+        """The budget every display reads (module docstring); :meth:`budget_reading` says which."""
+        return self.budget_reading()[0]
+
+    def budget_reading(self) -> tuple[BudgetSnapshot | None, str]:
+        """The budget and what it shows: with no job running, measured and published now on the agent's
+        thread (so it is current, and the widget shows it too), waited for at most
+        :data:`BUDGET_WAIT_SECONDS`; while a job runs, or if that wait ends, the snapshot published
+        last, without waiting. ``None`` before a session is open."""
         if self.handle is None or self.runtime is None:
-            return None
+            return None, "no session open"
         engine = self.handle.agent.engine
-        if self.runtime.busy:
-            return engine.snapshot()
-
-        async def publish() -> BudgetSnapshot:
-            return engine.publish()
-
-        # through the one job queue, like every other use of the engine; only this (the kernel)
-        # thread submits jobs, so nothing can start ahead of it
-        return self.runtime.submit_job(lambda _token: publish(), "budget").future.result()
+        if not self.runtime.busy:  # through the one job queue, like every other use of the engine
+            measured = change_agent(self.runtime, engine.publish, "budget", wait=BUDGET_WAIT_SECONDS)
+            if measured.when == "now":
+                return measured.result, "measured now"
+        last = engine.snapshot()
+        if last is None:
+            return None, "not measured yet: the agent's thread is busy"
+        return last, "as the running job last measured it (the agent's thread is busy)"
 
     def status(self) -> dict[str, Any]:
         handle = self.ensure()
         assert self.runtime is not None
-        snapshot = self.budget_snapshot()
+        snapshot, measured = self.budget_reading()
         last = snapshot.last_compaction if snapshot is not None else None
         skipped = snapshot.skipped if snapshot is not None else None
         return {
@@ -473,7 +484,7 @@ class NotebookSession:
             "entries": len(handle.store), "effective": snapshot.effective if snapshot else None,
             "hard_limit": snapshot.hard_limit if snapshot else None,
             "soft_limit": snapshot.soft_limit if snapshot else None,
-            "source": snapshot.source if snapshot else None,
+            "source": snapshot.source if snapshot else None, "measured": measured,
             "auto_compact": handle.agent.config.compaction.auto,
             "pending_intents": list(snapshot.pending_intents) if snapshot else [],
             "active_skills": list(handle.agent.skills.active()),
@@ -486,7 +497,7 @@ class NotebookSession:
 
     def apply_config_edits(self) -> ConfigEdit | None:
         """Take config file edits over before a turn: say what applies now and what after ``%soba --new``."""
-        if self.handle is None:
+        if self.handle is None or self.runtime is None:
             return None
         agent = self.handle.agent
         try:
@@ -495,7 +506,7 @@ class NotebookSession:
             print(f"config not applied: {exc}; the session keeps its current config")
             return None
         if edit.applied:
-            agent.set_config(edit.config)
+            change_agent(self.runtime, lambda: agent.set_config(edit.config), "config edits")  # idle: at once
             keys = ", ".join(f"{k} = {new!r}" for k, (_, new) in edit.applied.items())
             print(f"config: {keys} applied from this turn on")
         fresh = {k: v for k, v in edit.deferred.items() if self._deferred_said.get(k) != v[1]}
@@ -505,12 +516,19 @@ class NotebookSession:
             print(f"config: {keys} changed; it applies after %soba --new (this session keeps its current value)")
         return edit
 
-    def set_override(self, section: str, key: str, value: Any) -> SobaConfig:
+    def set_override(self, section: str, key: str, value: Any, *, at_step: bool = False) -> Change:
+        """A setting given by a magic (``--model``, ``%auto_compact``, ``%soba approval``): kept for the sessions
+        this kernel opens later and applied to the open one on the agent's thread, between jobs or,
+        with ``at_step``, at the running turn's next step (:mod:`.agent_changes`); says when."""
+        layer = {section: {key: value}}
+        agent = self.handle.agent if self.handle is not None else None
+        (agent.config if agent is not None else self.config()).with_overrides(layer)  # a bad value stops here
         self.overrides.setdefault(section, {})[key] = value
-        config = self.config()
-        if self.handle is not None:
-            self.handle.agent.set_config(config)
-        return config
+        if agent is None or self.runtime is None:
+            return Change("now")
+        # the one key on the config the agent has when the change runs, not a config read now
+        return change_agent(self.runtime, lambda: agent.set_config(agent.config.with_overrides(layer)),
+                            f"{section}.{key}", at_step=at_step)
 
 
 def _drain(events: queue.Queue[Event], renderer: CellRenderer) -> None:

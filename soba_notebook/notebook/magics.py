@@ -111,8 +111,10 @@ class SobaMagics(Magics):
         try:
             if options["new"]:
                 self.session.ensure(new=True)
-            if options["model"]:
-                self.session.set_override("model", "model", options["model"])
+            model = options["model"]  # between jobs: this turn's first request has it, a running turn keeps its own
+            change = self.session.set_override("model", "model", model) if model else None
+            if change is not None and change.when != "now":
+                print(f"model {model}: from this turn on (the running turn keeps its model)")
             result = self.session.run(prompt, background=options["background"])
         except SobaError as exc:
             raise UsageError(str(exc)) from None
@@ -194,12 +196,13 @@ and the last compaction (the widget in a notebook, one text line in a terminal).
                   f"{'off' if on else 'on'}; the hard limit and context-overflow recovery always compact)")
             return None
         value = words[0]
-        self.session.set_override("compaction", "auto", value == "on")
+        change = self.session.set_override("compaction", "auto", value == "on", at_step=True)
+        when = f" ({change.words})" if change.when != "now" else ""
         if value == "off":
             print("auto-compaction off: soft triggers (auto threshold, turn complete, milestone, plan pivot) are "
-                  "disabled; the hard limit and context-overflow recovery still compact when needed")
+                  f"disabled; the hard limit and context-overflow recovery still compact when needed{when}")
         else:
-            print("auto-compaction on")
+            print(f"auto-compaction on{when}")
         return None
 
     auto_compact.__doc__ = _help("%auto_compact", AUTO_COMPACT, """\

@@ -12,6 +12,7 @@ import json
 from IPython.core.error import UsageError
 
 from ..errors import ToolError
+from .agent_changes import change_agent
 from .controller import NotebookSession
 from .magic_args import Command, Flag, Handler, Parsed, Table
 
@@ -65,10 +66,14 @@ def _resume(s: NotebookSession, args: Parsed) -> None:
 def _rewind(s: NotebookSession, args: Parsed) -> None:
     (entry_id,) = args.words
     handle = s.ensure()
-    if s.runtime is not None and s.runtime.busy:
+    if s.runtime is None or s.runtime.busy:
         raise UsageError("a turn is running; %soba stop it before rewinding")
-    handle.store.rewind(entry_id)
-    handle.agent.engine.tracker.invalidate()
+
+    def rewind() -> None:
+        handle.store.rewind(entry_id)
+        handle.agent.engine.tracker.invalidate()
+
+    change_agent(s.runtime, rewind, "%soba rewind")  # idle: on the agent's thread at once, waited for
     snapshot = s.budget_snapshot()  # no job runs: measured on the agent's thread, and the widget shows it
     held = f"{snapshot.effective:,} tokens" if snapshot is not None else "an unmeasured number of tokens"
     print(f"leaf moved to {entry_id}; the next request holds {held} (the transcript keeps every entry)")
@@ -89,22 +94,31 @@ def _checkpoint(s: NotebookSession, args: Parsed) -> None:
 
     kind, note = args.words[0], " ".join(args.words[1:])
     handle = s.ensure()
-    handle.store.append(checkpoint(kind, note))
-    recorded = handle.agent.engine.record_intent(kind, note)
-    print(f"{kind} recorded" + ("; compaction intent pending for the next preflight" if recorded
+    assert s.runtime is not None
+
+    def record() -> bool:  # on the agent's thread, as the model's checkpoint tool records one
+        handle.store.append(checkpoint(kind, note))
+        return handle.agent.engine.record_intent(kind, note)
+
+    change = change_agent(s.runtime, record, f"%soba checkpoint {kind}", at_step=True)
+    if change.when != "now":
+        print(f"{kind} {change.words}: the checkpoint and its compaction intent (unless disabled by config) "
+              "are recorded there")
+        return
+    print(f"{kind} recorded" + ("; compaction intent pending for the next preflight" if change.result
                                 else "; no compaction intent (disabled by config)"))
 
 
 def _approval(s: NotebookSession, args: Parsed) -> None:
     """``%soba approval [ask|edits|never]``: the mode for this kernel's session, recorded in its transcript."""
     handle = s.ensure()  # opened first, so the change is a config entry of the session
-    if args.words:
-        s.set_override("tools", "approval", args.words[0])
-    mode = handle.agent.config.tools.approval
+    change = s.set_override("tools", "approval", args.words[0], at_step=True) if args.words else None
+    mode = args.words[0] if args.words else handle.agent.config.tools.approval
     what = {"ask": "shell, python and every write ask first; reads never ask",
             "edits": "writes in the workspace run without asking; shell and python ask",
             "never": "nothing asks: the agent runs shell, python and writes with the kernel's rights"}[mode]
-    print(f"approval: {mode} ({what})" + (" · recorded in the transcript" if args.words else ""))
+    print(f"approval: {mode} ({what})" + (" · recorded in the transcript" if args.words else "")
+          + (f" · {change.words}" if change is not None and change.when != "now" else ""))
 
 
 def _config(s: NotebookSession, args: Parsed) -> None:
@@ -126,13 +140,24 @@ def _skill_switch(activate: bool) -> Handler:
         from ..session.entries import config_change
 
         handle = s.ensure()
-        skills = handle.agent.skills
+        skills, name = handle.agent.skills, args.words[0]
+        assert s.runtime is not None
+
+        def switch() -> tuple[str, ...]:  # on the agent's thread: the next request's system prompt changes
+            active = skills.activate(name) if activate else skills.deactivate(name)
+            handle.store.append(config_change({"activeSkills": list(active)}))
+            return active
+
         try:
-            active = skills.activate(args.words[0]) if activate else skills.deactivate(args.words[0])
+            if name not in skills.active():
+                skills.get(name)  # an unknown name is refused here, before anything is queued
+            change = change_agent(s.runtime, switch, f"%soba skill {name}", at_step=True)
         except ToolError as exc:
             raise UsageError(str(exc)) from None
-        handle.store.append(config_change({"activeSkills": list(active)}))
-        print(f"active skills: {', '.join(active) or '(none)'}")
+        if change.when != "now":
+            print(f"skill {name}: {'activation' if activate else 'deactivation'} {change.words}")
+            return
+        print(f"active skills: {', '.join(change.result) or '(none)'}")
 
     return run
 
