@@ -123,15 +123,15 @@ def parse_notebook(raw: bytes | str, shown: str) -> tuple[NotebookNode, int]:
         _check_cells(data["cells"], shown)
     if not isinstance(data.get("metadata", {}), dict):
         raise ToolError(f"{shown} is not a notebook: its metadata is {_found(data['metadata'])}, not an object")
-    node = nbformat.from_dict(data)
-    if major == 3:
-        try:
-            node = nbformat.convert(node, 4)
-        except Exception as exc:  # nbformat's converter raises whatever the content makes it raise
-            raise ToolError(f"{shown} is not a notebook: its nbformat 3 content does not convert to nbformat 4 "
-                            f"({type(exc).__name__}: {clip_line(str(exc), 200)})") from None
-        for cell in node.cells:
-            cell.pop("id", None)
+    if major == 4:
+        return nbformat.from_dict(data), major
+    try:  # lines joined as nbformat's own v3 reader joins them, then converted as Jupyter converts
+        node = nbformat.convert(nbformat.v3.to_notebook_json(data), 4)
+    except Exception as exc:  # nbformat's converter raises whatever the content makes it raise
+        raise ToolError(f"{shown} is not a notebook: its nbformat 3 content does not convert to nbformat 4 "
+                        f"({type(exc).__name__}: {clip_line(str(exc), 200)})") from None
+    for cell in node.cells:
+        cell.pop("id", None)
     return node, major
 
 
