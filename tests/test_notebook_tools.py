@@ -359,3 +359,73 @@ def test_the_cell_shows_an_edit_as_a_collapsed_diff_in_html_and_text(ws: Path) -
     assert "+df = pd.read_csv(&#x27;sales_2024.csv&#x27;)" in block.html
     assert block.text.startswith(f"[ok] notebook_edit: replaced cell {cid} (code) in sales.ipynb")
     assert "    -df = pd.read_csv('sales.csv')\n    +df = pd.read_csv('sales_2024.csv')" in block.text
+
+
+def test_an_nbformat_3_notebook_reads_with_the_same_ids_every_time_and_an_edit_by_them_saves_it_as_4_5(
+        ws: Path) -> None:
+    v3 = nbformat.v3
+    old = v3.new_notebook(worksheets=[v3.new_worksheet(cells=[
+        v3.new_heading_cell("Sales", level=1),
+        v3.new_code_cell(input="total = 1 + 1", prompt_number=1,
+                         outputs=[v3.new_output("pyout", output_text="2", prompt_number=1)]),
+        v3.new_code_cell(input="print(total)")])])
+    path = ws / "old3.ipynb"
+    path.write_text(nbformat.writes(old, version=3))
+    original = path.read_bytes()
+    first = run("notebook_read", {"path": "old3.ipynb"}, ToolContext(ws))
+    second = run("notebook_read", {"path": "old3.ipynb"}, ToolContext(ws))
+    assert not first.is_error, first.content
+    assert first.content == second.content
+    assert "the file is nbformat 3" in first.content and "saves the notebook as nbformat 4.5" in first.content
+    assert path.read_bytes() == original  # reading never writes
+    ids = [line.split()[2] for line in first.content.splitlines() if line.startswith("## cell ")]
+    assert len(set(ids)) == 3
+    ctx = ToolContext(ws)
+    run("notebook_read", {"path": "old3.ipynb"}, ctx)
+    out = run("notebook_edit", {"path": "old3.ipynb", "cell_id": ids[2], "action": "replace",
+                                "source": "print(total * 2)"}, ctx)
+    assert not out.is_error, out.content
+    assert "the file was nbformat 3; it is saved as nbformat 4.5" in out.content
+    saved = json.loads(path.read_text())
+    assert (saved["nbformat"], saved["nbformat_minor"]) == (4, 5) and [c["id"] for c in saved["cells"]] == ids
+    assert saved["cells"][0]["source"] == ["# Sales"] and saved["cells"][2]["source"] == ["print(total * 2)"]
+    assert saved["cells"][1]["outputs"][0]["data"]["text/plain"] == ["2"]
+    nbformat.validate(nbformat.reads(path.read_text(), as_version=4))
+    again = run("notebook_read", {"path": "old3.ipynb"}, ctx)
+    assert [line.split()[2] for line in again.content.splitlines() if line.startswith("## cell ")] == ids
+
+
+@pytest.mark.parametrize(("cells", "says"), [
+    ([1], "cell 0 is a number (1), not an object"),
+    ([{"cell_type": "code", "source": "x", "metadata": {}, "outputs": []}, "print(1)"],
+     "cell 1 is a string ('print(1)'), not an object"),
+    ([None], "cell 0 is null, not an object"),
+    ([[]], "cell 0 is a list, not an object"),
+    ([{"cell_type": "code", "source": 5, "metadata": {}, "outputs": []}], "cell 0's source is a number (5), not text"),
+    ([{"cell_type": "code", "source": "x", "metadata": {}, "outputs": {"a": 1}}],
+     "cell 0's outputs are an object, not a list of objects"),
+    ([{"cell_type": "code", "source": "x", "metadata": {}, "outputs": [3]}],
+     "cell 0's outputs are a list, not a list of objects"),
+    ([{"cell_type": "chart", "source": "x", "metadata": {}}], "cell 0 has cell_type a string ('chart')"),
+])
+def test_a_notebook_whose_cells_hold_a_non_object_is_not_a_notebook_naming_the_cell_and_what_was_found(
+        ws: Path, cells: list[Any], says: str) -> None:
+    path = ws / "odd.ipynb"
+    path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": cells}))
+    before = path.read_bytes()
+    ctx = ToolContext(ws)
+    for name, args in (("notebook_read", {}), ("read_file", {}),
+                       ("notebook_edit", {"cell_id": None, "action": "insert_after", "source": "y"})):
+        out = run(name, {"path": "odd.ipynb", **args}, ctx)
+        assert out.is_error, (name, out.content)
+        if name == "notebook_edit":
+            assert "read odd.ipynb with notebook_read before editing" in out.content
+            continue
+        assert f"odd.ipynb is not a notebook: {says}" in out.content, (name, out.content)
+        assert "internal error" not in out.content and "Traceback" not in out.content
+    assert path.read_bytes() == before
+    v3 = {"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": [{"cells": [7], "metadata": {}}]}
+    path.write_text(json.dumps(v3))
+    out = run("notebook_read", {"path": "odd.ipynb"}, ctx)
+    assert out.is_error and "odd.ipynb is not a notebook: worksheet 0 cell 0 is a number (7), not an object" in \
+        out.content, out.content

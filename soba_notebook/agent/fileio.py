@@ -4,7 +4,10 @@
   relative to that directory's descriptor, never through a link), fsyncs it, gives it the old
   file's mode (and owner, when allowed), renames it over the target and fsyncs the directory.
   On any failure (a full disk, an I/O error) the temporary file is removed and the old file is
-  left byte-identical; the error names the path and the cause.
+  left byte-identical; the error names the path and the cause. ``before_rename``, when given, is
+  called with the temporary file complete, right before the rename: a compare-and-swap writer
+  (:mod:`.file_version`) checks there that the target is still what it read, and an exception
+  from it leaves the old file as it is.
 * :func:`read_window` streams a file once, keeping only the lines of the requested window up to
   a character budget and counting the rest, so a 200 MB file costs one window of memory.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets as _random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
@@ -27,8 +31,10 @@ __all__ = ["Window", "atomic_replace", "read_window"]
 _CHUNK = 1 << 20
 
 
-def atomic_replace(loc: Located, payload: bytes, verb: str) -> None:
-    """Replace (or create) ``loc`` with ``payload`` so that a failure leaves the old file untouched."""
+def atomic_replace(loc: Located, payload: bytes, verb: str, *,
+                   before_rename: Callable[[], None] | None = None) -> os.stat_result:
+    """Replace (or create) ``loc`` with ``payload`` so that a failure leaves the old file untouched;
+    the written file's status (its inode and mtime are the target's from the rename on)."""
     tmp = f".{loc.name}.soba-tmp-{_random.token_hex(4)}"
     old_mode = None if loc.st is None else loc.st.st_mode & 0o7777
     try:
@@ -46,15 +52,21 @@ def atomic_replace(loc: Located, payload: bytes, verb: str) -> None:
                 with contextlib.suppress(OSError):
                     os.fchown(fd, loc.st.st_uid, loc.st.st_gid)
             os.fsync(fd)
+            written = os.fstat(fd)
         finally:
             os.close(fd)
+        if before_rename is not None:
+            before_rename()
         os.rename(tmp, loc.name, src_dir_fd=loc.dir_fd, dst_dir_fd=loc.dir_fd)
-    except OSError as exc:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=loc.dir_fd)
-        raise ToolError(_failure(loc, verb, exc)) from None
+        if isinstance(exc, OSError):
+            raise ToolError(_failure(loc, verb, exc)) from None
+        raise
     with contextlib.suppress(OSError):
         os.fsync(loc.dir_fd)
+    return written
 
 
 def _failure(loc: Located, verb: str, exc: OSError) -> str:

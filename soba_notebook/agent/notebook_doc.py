@@ -10,7 +10,15 @@ except for the edited cell.
 Cell ids (nbformat 4.5): a notebook without them gets ids for reading that depend only on each
 cell's position, type and source (:func:`assign_ids`), so two reads of the same file show the same
 ids and an edit finds the cell the model read. They are saved, with ``nbformat_minor`` raised to
-5, only with the next edit.
+5, only with the next edit. An nbformat 3 notebook is read the same way: converted to nbformat 4
+as Jupyter converts it on opening (heading cells become markdown), with derived ids rather than
+the random ones the converter makes up, and the next edit saves it as nbformat 4.5 (what
+JupyterLab does when it saves one). Refusing nbformat 3 instead would leave such a notebook
+unreadable to the agent for the sake of a conversion Jupyter makes anyway.
+
+A file that is JSON but not a notebook (a cell that is not an object, a source that is not text)
+is refused with ``… is not a notebook: …`` naming the cell and what was found, before any code
+that expects a notebook's shapes sees it.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import nbformat
 from nbformat import NotebookNode
 
 from ..errors import ToolError
-from ..textclip import head_tail
+from ..textclip import clip_line, head_tail
 
 __all__ = ["CELL_TYPES", "CellChange", "EditAction", "EditResult", "NotebookEdit", "apply_edit", "assign_ids",
            "cell_source", "dumps", "new_notebook", "parse_notebook", "source_hash"]
@@ -49,24 +57,82 @@ def source_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def parse_notebook(raw: bytes | str, shown: str) -> NotebookNode:
-    """The notebook in ``raw`` as nbformat 4 (older versions converted), or a ToolError naming ``shown``."""
+def _found(value: object) -> str:
+    """What a JSON value is, in words, for a message: ``a number (1)``, ``a string ('x')``."""
+    kinds = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list",
+             dict: "an object", type(None): "null"}
+    kind = kinds.get(type(value), type(value).__name__)
+    return kind if value is None or isinstance(value, (list, dict)) else f"{kind} ({clip_line(repr(value), 40)})"
+
+
+def _check_cells(cells: list[Any], shown: str, types: tuple[str, ...] = CELL_TYPES, where: str = "") -> None:
+    """Each cell an object with a known type and a text source, or a ToolError naming the cell."""
+    for index, cell in enumerate(cells):
+        name = f"{where}cell {index:,}"
+        if not isinstance(cell, dict):
+            raise ToolError(f"{shown} is not a notebook: {name} is {_found(cell)}, not an object")
+        kind = cell.get("cell_type")
+        if kind not in types:
+            raise ToolError(f"{shown} is not a notebook: {name} has cell_type {_found(kind)}; known types: "
+                            f"{', '.join(types)}")
+        for key in ("source", "input"):
+            text = cell.get(key, "")
+            if not isinstance(text, str) and not (isinstance(text, list) and all(isinstance(t, str) for t in text)):
+                raise ToolError(f"{shown} is not a notebook: {name}'s {key} is {_found(text)}, not text")
+        outputs = cell.get("outputs", [])
+        if not isinstance(outputs, list) or not all(isinstance(o, dict) for o in outputs):
+            raise ToolError(f"{shown} is not a notebook: {name}'s outputs are {_found(outputs)}, not a list of "
+                            f"objects")
+        if not isinstance(cell.get("metadata", {}), dict):
+            raise ToolError(f"{shown} is not a notebook: {name}'s metadata is {_found(cell['metadata'])}, "
+                            f"not an object")
+
+
+def _v3_cells(data: dict[str, Any], shown: str) -> None:
+    sheets = data.get("worksheets")
+    if not isinstance(sheets, list):
+        raise ToolError(f"{shown} is not a notebook: it has no cells list")
+    for number, sheet in enumerate(sheets):
+        if not isinstance(sheet, dict) or not isinstance(sheet.get("cells", []), list):
+            raise ToolError(f"{shown} is not a notebook: worksheet {number:,} is {_found(sheet)}, not an object "
+                            f"with a cells list")
+        _check_cells(sheet.get("cells", []), shown, (*CELL_TYPES, "heading"), f"worksheet {number:,} ")
+
+
+def parse_notebook(raw: bytes | str, shown: str) -> tuple[NotebookNode, int]:
+    """The notebook in ``raw`` as nbformat 4 and the file's own major version, or a ToolError
+    naming ``shown`` and what is wrong where (``… is not a notebook: cell 3 is a number (1) …``).
+
+    nbformat 3 is converted as Jupyter converts it when it opens one; the ids the conversion makes
+    up are random, so they are dropped for :func:`assign_ids` to derive stable ones (module text).
+    """
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ToolError(f"{shown} is not a notebook: its JSON does not parse ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("cells", data.get("worksheets")), list):
-        raise ToolError(f"{shown} is not a notebook: it has no cells list")
+    if not isinstance(data, dict):
+        raise ToolError(f"{shown} is not a notebook: it is {_found(data)}, not an object with a cells list")
     major = data.get("nbformat")
-    if not isinstance(major, int) or major > 4:
+    if not isinstance(major, int) or isinstance(major, bool) or not 3 <= major <= 4:
         raise ToolError(f"{shown} has nbformat {major!r}; the notebook tools read nbformat 4 (and convert 3)")
-    node = nbformat.from_dict(data)
-    if major < 4:
-        node = nbformat.convert(node, 4)
-    for cell in node.cells:  # keep the on-disk form of sources for writing back, but read them whole
-        if cell.get("cell_type") not in CELL_TYPES:
-            raise ToolError(f"{shown} has a cell of unknown type {cell.get('cell_type')!r}")
-    return node
+    if major == 3:
+        _v3_cells(data, shown)
+    elif not isinstance(data.get("cells"), list):
+        raise ToolError(f"{shown} is not a notebook: it has no cells list")
+    else:
+        _check_cells(data["cells"], shown)
+    if not isinstance(data.get("metadata", {}), dict):
+        raise ToolError(f"{shown} is not a notebook: its metadata is {_found(data['metadata'])}, not an object")
+    if major == 4:
+        return nbformat.from_dict(data), major
+    try:  # lines joined as nbformat's own v3 reader joins them, then converted as Jupyter converts
+        node = nbformat.convert(nbformat.v3.to_notebook_json(data), 4)
+    except Exception as exc:  # nbformat's converter raises whatever the content makes it raise
+        raise ToolError(f"{shown} is not a notebook: its nbformat 3 content does not convert to nbformat 4 "
+                        f"({type(exc).__name__}: {clip_line(str(exc), 200)})") from None
+    for cell in node.cells:
+        cell.pop("id", None)
+    return node, major
 
 
 def _made_id(index: int, cell: Any, taken: set[str]) -> str:

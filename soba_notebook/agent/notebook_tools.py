@@ -8,10 +8,13 @@ kernel's own notebook, which the notebook layer names through :class:`.NotebookA
 
 Where the bytes go: a notebook open in a live front end is read and changed there when
 ``NotebookAccess.documents`` says so; otherwise the file, through the workspace's one confined
-read and write path (:func:`.workspace.read_whole`, :func:`.workspace.write_file`: inside the
+read and write path (:func:`.workspace.read_whole`, :func:`.workspace.held_whole`: inside the
 workspace, never under ``.soba``, written atomically). An edit is refused when the file is not
 what the agent last read (its SHA-256 differs from the :class:`.ReadStamp` of the last read or
 edit in this session), so a notebook JupyterLab saved meanwhile is re-read, never overwritten.
+That holds until the new file is renamed into place: the edit runs under a lock and checks the
+file once more right before the rename (:mod:`.file_version`), so a save made while the edit
+was working is refused the same way.
 
 Facts for compaction: results carry ``files_changed`` (``read`` for a read, the cells as
 ``analysis.ipynb#a1b2c3`` for an edit, :class:`~soba_notebook.compaction.file_changes.FileChanges`)
@@ -80,9 +83,18 @@ def _target(args: dict[str, Any], ctx: ToolContext) -> tuple[str, bool]:
     return given, own
 
 
-def _stamp(raw: bytes, size: int, mtime_ns: int, nb: Any, *, live: bool = False) -> ReadStamp:
+def _stamp(sha256: str, size: int, mtime_ns: int, nb: Any, *, live: bool = False) -> ReadStamp:
     cells = {str(cell.get("id")): source_hash(cell_source(cell)) for cell in nb.cells}
-    return ReadStamp(size, mtime_ns, hashlib.sha256(raw).hexdigest(), cells, live)
+    return ReadStamp(size, mtime_ns, sha256, cells, live)
+
+
+def _format_note(major: int, verb: str) -> list[str]:
+    if major == 4:
+        return []
+    if verb == "notebook_edit":
+        return [f"(the file was nbformat {major}; it is saved as nbformat 4.5, as JupyterLab saves one)"]
+    return [f"(the file is nbformat {major}: shown converted to nbformat 4, as JupyterLab opens it; the ids are "
+            f"derived from each cell, and notebook_edit saves the notebook as nbformat 4.5)"]
 
 
 def _runs(ctx: ToolContext) -> Sequence[KernelRun]:
@@ -102,16 +114,17 @@ def read_notebook(ctx: ToolContext, path: str, own: bool, cell_ids: Sequence[str
         shown, nb = ws.display_path(ctx.workspace, real), live
         notes.append("(the notebook open in JupyterLab, unsaved changes included)")
         assign_ids(nb)
-        stamp = _stamp(b"", 0, 0, nb, live=True)
+        stamp = _stamp("", 0, 0, nb, live=True)
     else:
         shown, raw, st = ws.read_whole(ctx.workspace, path, verb)
         assert raw is not None and st is not None
-        nb = parse_notebook(raw, shown)
+        nb, major = parse_notebook(raw, shown)
+        notes.extend(_format_note(major, verb))
         added = assign_ids(nb)
-        if added:
+        if added and major == 4:
             notes.append(f"({added:,} of its cells have no id in the file: the ids shown are derived from each cell "
                          f"and stay the same until the file changes; notebook_edit saves them)")
-        stamp = _stamp(raw, st.st_size, st.st_mtime_ns, nb)
+        stamp = _stamp(hashlib.sha256(raw).hexdigest(), st.st_size, st.st_mtime_ns, nb)
     access.reads[shown] = stamp
     runs = _runs(ctx) if own else ()
     if own:
@@ -153,6 +166,17 @@ def _facts(shown: str, result: EditResult) -> dict[str, Any]:
             "notebook": [{"path": shown, **change.to_json()}]}
 
 
+_READ_AGAIN = "read it again with notebook_read and redo the edit on what it holds now; nothing was written"
+
+
+def _changed_while(shown: str, created: bool) -> str:
+    """The refusal when the file changed while the edit was working on it (a save it must not lose)."""
+    if created:
+        return f"{shown} was created by another program while notebook_edit was creating it; {_READ_AGAIN}"
+    return (f"{shown} changed since you last read it: it was saved (by JupyterLab or another program) while "
+            f"notebook_edit was working on it, and the edit was not saved over it; {_READ_AGAIN}")
+
+
 def edit_notebook(ctx: ToolContext, path: str, edit: NotebookEdit) -> ToolResult:
     """Apply ``edit`` to the notebook at ``path`` (live document or file; module docstring)."""
     access = ctx.notebooks
@@ -162,36 +186,36 @@ def edit_notebook(ctx: ToolContext, path: str, edit: NotebookEdit) -> ToolResult
     if access.documents is not None:
         live = access.documents.apply(real, edit, seen)
         if live is not None:
-            access.reads[shown] = _stamp(b"", 0, 0, live.notebook, live=True)
+            access.reads[shown] = _stamp("", 0, 0, live.notebook, live=True)
             return ToolResult(_edit_text(shown, live, ["(changed in the open notebook)"]),
                               data={**_facts(shown, live), "live": True})
-    shown, raw, _ = ws.read_whole(ctx.workspace, path, "notebook_edit", missing_ok=True)
     notes: list[str] = [] if access.documents is None else list(filter(None, [access.documents.fallback_note(real)]))
-    if raw is None:
-        if edit.action != "insert_after" or edit.cell_id is not None:
-            raise ToolError(f"no such notebook: {shown}; notebook_edit creates one only with action insert_after "
-                            f"and cell_id null")
-        if not is_notebook_path(shown):
-            raise ToolError(f"a new notebook's name must end in .ipynb, got {shown}")
-        nb = new_notebook()
-        notes.append(f"(created the notebook {shown})")
-    else:
-        if seen is None:
-            raise ToolError(f"read {shown} with notebook_read before editing it (the edit must match what the notebook "
-                            f"holds); nothing was written")
-        if hashlib.sha256(raw).hexdigest() != seen.sha256:
-            raise ToolError(f"{shown} changed since you last read it (saved by JupyterLab or another program); read it "
-                            f"again with notebook_read and redo the edit on what it holds now; nothing was written")
-        nb = parse_notebook(raw, shown)
-        added = assign_ids(nb)
-        if added:
-            notes.append(f"(the file had {added:,} cells without an id; they are saved with the ids you read, "
-                         f"nbformat 4.5)")
-    result = apply_edit(nb, edit, shown)
-    ws.write_file(ctx.workspace, shown, dumps(result.notebook, shown))
-    _, written, st = ws.read_whole(ctx.workspace, shown, "notebook_edit")
-    assert written is not None and st is not None
-    access.reads[shown] = _stamp(written, st.st_size, st.st_mtime_ns, result.notebook)
+    with ws.held_whole(ctx.workspace, path, "notebook_edit", missing_ok=True) as held:
+        shown, raw = held.shown, held.raw
+        if raw is None:
+            if edit.action != "insert_after" or edit.cell_id is not None:
+                raise ToolError(f"no such notebook: {shown}; notebook_edit creates one only with action insert_after "
+                                f"and cell_id null")
+            if not is_notebook_path(shown):
+                raise ToolError(f"a new notebook's name must end in .ipynb, got {shown}")
+            nb = new_notebook()
+            notes.append(f"(created the notebook {shown})")
+        else:
+            if seen is None:
+                raise ToolError(f"read {shown} with notebook_read before editing it (the edit must match what the "
+                                f"notebook holds); nothing was written")
+            if hashlib.sha256(raw).hexdigest() != seen.sha256:
+                raise ToolError(f"{shown} changed since you last read it (saved by JupyterLab or another program); "
+                                f"{_READ_AGAIN}")
+            nb, major = parse_notebook(raw, shown)
+            notes.extend(_format_note(major, "notebook_edit"))
+            added = assign_ids(nb)
+            if added and major == 4:
+                notes.append(f"(the file had {added:,} cells without an id; they are saved with the ids you read, "
+                             f"nbformat 4.5)")
+        result = apply_edit(nb, edit, shown)
+        written = held.replace(dumps(result.notebook, shown), "notebook_edit", _changed_while(shown, raw is None))
+    access.reads[shown] = _stamp(written.sha256, written.size, written.mtime_ns, result.notebook)
     return ToolResult(_edit_text(shown, result, notes), data=_facts(shown, result))
 
 

@@ -19,6 +19,7 @@ should use in its next call.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import stat
@@ -31,16 +32,19 @@ import regex
 
 from ..errors import ToolError, WorkspaceError
 from .confine import STATE_DIR_NAME, Located, locate, open_located, protected_identities
+from .file_version import FileVersion, check_unchanged, lock_directory
 from .fileio import atomic_replace, read_window
 
 __all__ = [
     "NOISE_DIRS",
     "FileResult",
+    "HeldFile",
     "display_path",
     "edit_file",
     "glob_files",
     "glob_regex",
     "grep_files",
+    "held_whole",
     "list_files",
     "read_file",
     "read_whole",
@@ -153,6 +157,51 @@ def read_whole(root: Path, path: str, verb: str, *, missing_ok: bool = False
         fd = _open_regular(loc, verb)
     with os.fdopen(fd, "rb") as fh:
         return loc.shown, fh.read(), os.fstat(fh.fileno())
+
+
+@dataclass(slots=True)
+class HeldFile:
+    """A file read whole under the edit lock of its directory (:func:`held_whole`): its
+    workspace-relative name, bytes and version (``None``, ``None`` while it does not exist)."""
+
+    shown: str
+    raw: bytes | None
+    version: FileVersion | None
+    _loc: Located
+
+    def replace(self, content: str, verb: str, changed: str) -> FileVersion:
+        """Write ``content`` in its place atomically, provided the file is still the version read
+        when the new one is ready to be renamed over it (else ``ToolError(changed)``, nothing
+        written); the version written."""
+        loc, payload = self._loc, content.encode("utf-8")
+        _make_dirs(loc)
+        written = atomic_replace(loc, payload, verb, before_rename=lambda: check_unchanged(
+            loc.dir_fd, loc.name, self.version, changed))
+        return FileVersion.of(written, hashlib.sha256(payload).hexdigest())
+
+
+@contextlib.contextmanager
+def held_whole(root: Path, path: str, verb: str, *, missing_ok: bool = False) -> Iterator[HeldFile]:
+    """:func:`read_whole` under an exclusive lock on the file's directory, held for the ``with``
+    block, whose :meth:`HeldFile.replace` writes back only over the version read (compare and
+    swap, :mod:`.file_version`). Confined like every file tool."""
+    with _locate(root, path) as loc:
+        lock = lock_directory(loc.dir_fd, loc.shown)
+        try:
+            with contextlib.suppress(FileNotFoundError):  # what the name holds now that the lock is ours
+                loc.st = None
+                loc.st = os.stat(loc.name, dir_fd=loc.dir_fd, follow_symlinks=False)
+            if loc.st is None and not missing_ok:
+                raise ToolError(f"no such file: {loc.shown}")
+            _check_target(loc, verb)
+            raw = version = None
+            if loc.st is not None:
+                with os.fdopen(_open_regular(loc, verb), "rb") as fh:
+                    raw = fh.read()
+                    version = FileVersion.of(os.fstat(fh.fileno()), hashlib.sha256(raw).hexdigest())
+            yield HeldFile(loc.shown, raw, version, loc)
+        finally:
+            os.close(lock)
 
 
 def read_file(root: Path, path: str, start_line: int | None = None, end_line: int | None = None,
