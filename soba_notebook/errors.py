@@ -21,6 +21,7 @@ __all__ = [
     "SessionWarning",
     "SobaError",
     "StaleLeafError",
+    "StateFileError",
     "ToolError",
     "TurnCancelled",
     "WorkspaceError",
@@ -63,6 +64,12 @@ class SessionHeldError(SessionError):
 
 class SessionTakenOverError(SessionError):
     """This process's writer lease on a session was taken over (or released): it may not append."""
+
+
+class StateFileError(SobaError, OSError):
+    """A file SOBA would write under ``.soba`` (or ``.soba`` itself) is a symbolic link or not a
+    regular file: nothing was written; the message names it. An ``OSError`` too, so a caller
+    that reports a failed write reports this one the same way."""
 
 
 class StaleLeafError(SessionError):

@@ -20,6 +20,7 @@ from .events import Event
 from .locking import lock_exclusive, unlock
 from .scrub import Scrubber
 from .session.entries import now_iso
+from .statefiles import open_state_file
 
 __all__ = ["FORBIDDEN_FIELDS", "FlightRecorder", "read_flight_records"]
 
@@ -45,8 +46,7 @@ class FlightRecorder:
         line = (json.dumps(rec, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                fd = open_state_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644, create_dirs=True)
                 try:
                     lock_exclusive(fd)
                     try:

@@ -340,7 +340,7 @@ def test_export_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
 
 def test_export_failing_at_replace_leaves_no_half_capsule_and_no_temp_file(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    def crash(src: object, dst: object) -> None:
+    def crash(src: object, dst: object, **dir_fds: object) -> None:
         raise OSError("simulated crash before rename")
 
     monkeypatch.setattr(os, "replace", crash)

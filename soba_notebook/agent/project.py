@@ -28,6 +28,7 @@ from ..providers.base import Provider
 from ..providers.factory import make_provider
 from ..session.listing import list_sessions
 from ..session.store import SessionStore
+from ..statefiles import open_state_dir
 from .loop import Agent
 from .tools import ToolRegistry
 
@@ -91,6 +92,8 @@ def open_agent(project_dir: str | os.PathLike[str] | None = None, *, config: Sob
     built-in tools (``default_tools(config.tools)`` and ``register`` your own on it).
     """
     paths = project_paths(project_dir)
+    if os.path.lexists(paths.soba):  # a .soba that is a link is refused before anything is read or written
+        os.close(open_state_dir(paths.soba))
     config = config or load_config(project_dir=paths.root, overrides=overrides)
     store: SessionStore | None = None
     if session is not None:

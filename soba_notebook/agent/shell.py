@@ -31,16 +31,15 @@ import asyncio
 import contextlib
 import os
 import secrets
-import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import ToolError
+from .process_reaper import die_with_parent, kill_tree, track, untrack
 from .sandbox import hidden_in_sandbox, sandboxed
 
 if TYPE_CHECKING:
@@ -68,54 +67,6 @@ class ShellResult:
 
 
 _RUN_VARIABLE = "SOBA_SHELL_RUN"
-
-
-def _members(pgid: int, tag: bytes) -> dict[int, str]:
-    """pid -> command name of every process in group/session ``pgid`` or carrying ``tag`` in its environment."""
-    found: dict[int, str] = {}
-    me = os.getpid()
-    try:
-        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
-    except OSError:
-        return found
-    for pid in pids:
-        if pid == me:
-            continue
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                stat = fh.read()
-            comm = stat[stat.find(b"(") + 1:stat.rfind(b")")].decode(errors="replace")
-            fields = stat[stat.rfind(b")") + 2:].split()
-            state, pgrp, session = fields[0], int(fields[2]), int(fields[3])
-            if state in (b"Z", b"X"):
-                continue
-            mine = pgrp == pgid or session == pgid
-            if not mine:
-                with open(f"/proc/{pid}/environ", "rb") as fh:
-                    mine = tag in fh.read()
-        except (OSError, ValueError, IndexError):
-            continue
-        if mine:
-            found[pid] = comm
-    return found
-
-
-def _kill_tree(pgid: int, tag: bytes) -> dict[int, str]:
-    """SIGKILL the command's group, session and tagged descendants until none is left; who was killed."""
-    killed = _members(pgid, tag)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    alive = dict(killed)
-    for _ in range(50):  # a process may fork while we kill: look again until the scan comes back empty
-        for pid in alive:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        killed.update(alive)
-        alive = _members(pgid, tag)
-        if not alive:
-            break
-        time.sleep(0.005)  # let the killed ones die before looking again
-    return killed
 
 
 def _killed_note(killed: dict[int, str]) -> str:
@@ -159,13 +110,16 @@ async def run_shell(command: str, cwd: Path, timeout: float, *, hidden_env: froz
     env.setdefault("TERM", "dumb")
     # Output goes to an anonymous file, not a pipe: a background process that keeps the
     # descriptor open can never make us wait, and any amount of output costs no memory.
+    kernel = os.getpid()
     with tempfile.TemporaryFile() as capture:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=capture,
-                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                preexec_fn=lambda: die_with_parent(kernel))  # ends with the kernel: .process_reaper
         except OSError as exc:
             raise ToolError(f"cannot start {Path(argv[0]).name} in {cwd}: {exc.strerror or exc}") from None
+        track(proc.pid, tag[:-1])
         waiter = asyncio.ensure_future(proc.wait())
         watchers: set[asyncio.Future[Any]] = {waiter}
         cancel_watch = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
@@ -184,9 +138,10 @@ async def run_shell(command: str, cwd: Path, timeout: float, *, hidden_env: froz
                 cancel_watch.cancel()
             if not waiter.done():
                 # timeout, cancel, or the agent's own task was cancelled: kill everything it started
-                killed = _kill_tree(proc.pid, tag)
+                killed = kill_tree(proc.pid, tag)
                 with contextlib.suppress(asyncio.CancelledError, TimeoutError):
                     await asyncio.wait_for(asyncio.shield(waiter), 10)
+            untrack(tag[:-1])
         output = _read_capture(capture).rstrip("\n")
     data: dict[str, Any] = {"command": command}
     prefix = output + "\n" if output else ""

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from ..session.entries import new_id
+from ..statefiles import open_state_file, state_dir
 from . import workspace as ws
 
 __all__ = ["SPILL_DIR_MAX_BYTES", "SPILL_DIR_MAX_FILES", "bound_output", "collect_spills"]
@@ -28,23 +29,24 @@ def collect_spills(spill_dir: Path, keep: Path, max_bytes: int | None = None, ma
     """
     max_bytes = SPILL_DIR_MAX_BYTES if max_bytes is None else max_bytes
     max_files = SPILL_DIR_MAX_FILES if max_files is None else max_files
-    files: list[tuple[float, int, Path]] = []
-    for entry in os.scandir(spill_dir):
-        if entry.is_file(follow_symlinks=False) and entry.name.endswith(".txt") and entry.name != keep.name:
-            st = entry.stat(follow_symlinks=False)
-            files.append((st.st_mtime, st.st_size, Path(entry.path)))
-    files.sort()
-    total = sum(size for _, size, _ in files) + keep.stat().st_size
-    count = len(files) + 1
-    removed = 0
-    for _, size, path in files:
-        if total <= max_bytes and count <= max_files:
-            break
-        with contextlib.suppress(OSError):
-            path.unlink()
-            removed += 1
-        total -= size
-        count -= 1
+    files: list[tuple[float, int, str]] = []
+    with state_dir(spill_dir) as dir_fd:  # never through a link: the directory is listed by descriptor
+        for entry in os.scandir(dir_fd):
+            if entry.is_file(follow_symlinks=False) and entry.name.endswith(".txt") and entry.name != keep.name:
+                st = entry.stat(follow_symlinks=False)
+                files.append((st.st_mtime, st.st_size, entry.name))
+        files.sort()
+        total = sum(size for _, size, _ in files) + os.stat(keep.name, dir_fd=dir_fd, follow_symlinks=False).st_size
+        count = len(files) + 1
+        removed = 0
+        for _, size, name in files:
+            if total <= max_bytes and count <= max_files:
+                break
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=dir_fd)
+                removed += 1
+            total -= size
+            count -= 1
     return removed
 
 def _cut_head(text: str, size: int) -> str:
@@ -76,9 +78,10 @@ def bound_output(text: str, limit: int, spill_dir: Path | None, workspace: Path,
     where = "the full text could not be saved"
     if spill_dir is not None:
         try:
-            spill_dir.mkdir(parents=True, exist_ok=True)
             file = spill_dir / f"{label}-{new_id()}.txt"
-            file.write_text(full, encoding="utf-8")
+            fd = open_state_file(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, create_dirs=True)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(full)
             spill_path = ws.display_path(workspace, file.resolve())
             collect_spills(spill_dir, file)
             where = f"full text in {spill_path}"

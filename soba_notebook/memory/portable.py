@@ -24,13 +24,13 @@ The complete format, with an example file and the encoding rule per field, is
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import hashlib
 import json
 import os
 import re
 import secrets
 import stat
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,6 +41,7 @@ from ..compaction.capsule import Capsule, Decision, Verification
 from ..errors import CapsuleFormatError, SobaError
 from ..session.capsule_schema import CAPSULE_FIELDS, validate_capsule_json
 from ..session.payloads import Quality
+from ..statefiles import state_dir
 from .redact import redact_portable
 
 __all__ = [
@@ -285,15 +286,6 @@ def export_text(pc: PortableCapsule) -> str:
     return "\n".join(parts)
 
 
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def export(pc: PortableCapsule, path: str | os.PathLike[str], *, force: bool = False,
            environ: Mapping[str, str] | None = None) -> Path:
     """Write ``pc`` (redacted: :func:`~.redact.redact_portable`) to ``path`` atomically; returns the path.
@@ -310,21 +302,23 @@ def export(pc: PortableCapsule, path: str | os.PathLike[str], *, force: bool = F
         raise CapsuleExistsError(f"{target}: file already exists; not overwriting it (use force=True / --force)")
     _check_exportable(pc)
     data = export_text(redact_portable(pc, environ)).encode("utf-8")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    tmp = Path(tmp_name)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
+    # every step by the directory's descriptor, no link followed under .soba (:mod:`...statefiles`)
+    with state_dir(target.parent, create=True) as dir_fd:
+        tmp = f".{target.name}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fchmod(fh.fileno(), 0o644)
+                os.fsync(fh.fileno())
+            os.replace(tmp, target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # a link there is replaced, not followed
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
         with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_dir(target.parent)
+            os.fsync(dir_fd)
     return target
 
 
@@ -339,11 +333,14 @@ def sweep_temp_files(directory: str | os.PathLike[str], *, older_than: float = 3
     if not folder.is_dir():
         return removed
     now = time.time()
-    for path in folder.glob(f".*{SUFFIX}.*.tmp"):
-        with contextlib.suppress(OSError):
-            if now - path.lstat().st_mtime >= older_than:
-                path.unlink()
-                removed.append(path)
+    with state_dir(folder) as dir_fd:
+        for entry in os.scandir(dir_fd):
+            if not fnmatch.fnmatchcase(entry.name, f".*{SUFFIX}.*.tmp"):
+                continue
+            with contextlib.suppress(OSError):
+                if now - entry.stat(follow_symlinks=False).st_mtime >= older_than:
+                    os.unlink(entry.name, dir_fd=dir_fd)
+                    removed.append(folder / entry.name)
     return removed
 
 

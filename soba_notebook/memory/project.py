@@ -26,6 +26,7 @@ from ..compaction.capsule import Capsule
 from ..errors import CapsuleFormatError, SobaError
 from ..session.capsule_schema import validate_capsule_json
 from ..session.entries import Entry, now_iso
+from ..statefiles import state_dir
 from .portable import ID_PATTERN, SUFFIX, PortableCapsule, export, load
 
 __all__ = [
@@ -171,7 +172,8 @@ class ProjectMemory:
         """Delete one memory; returns the removed file."""
         path = self.path_for(memory_id)
         try:
-            path.unlink()
+            with state_dir(path.parent) as dir_fd:  # never a file behind a linked directory
+                os.unlink(path.name, dir_fd=dir_fd)
         except FileNotFoundError:
             raise MemoryNotFoundError(f"{path}: no Project Memory entry {memory_id!r}") from None
         return path

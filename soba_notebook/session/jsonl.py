@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SessionError, SessionWarning
+from ..statefiles import open_state_file, state_dir
 
 __all__ = ["FORMAT_VERSION", "line_starts", "open_session_file", "parse_header", "parse_lines", "quarantine"]
 
@@ -64,9 +65,9 @@ def quarantine(file: Path, tail: bytes, offset: int) -> str:
         return f"; a copy of its bytes is in {copy}"
     written = False
     try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(copy)  # an incomplete copy from an earlier open
-        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with state_dir(copy.parent) as dir_fd, contextlib.suppress(FileNotFoundError):
+            os.unlink(copy.name, dir_fd=dir_fd)  # an incomplete copy from an earlier open (a link: the link)
+        fd = open_state_file(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             view = memoryview(tail)
             while view:
@@ -77,7 +78,7 @@ def quarantine(file: Path, tail: bytes, offset: int) -> str:
             if not written:
                 with contextlib.suppress(OSError):
                     os.unlink(copy)
-    except OSError as exc:
+    except OSError as exc:  # a StateFileError (a planted link) says so in its message
         return (f"; its bytes could not be copied to {copy.name} beside it ({exc.strerror or exc}), nothing "
                 f"was copied and the next open tries again")
     return f"; a copy of its bytes is in {copy}"
@@ -86,10 +87,11 @@ def quarantine(file: Path, tail: bytes, offset: int) -> str:
 def _holds(copy: Path, tail: bytes) -> bool:
     """Whether ``copy`` is a regular file holding exactly ``tail``."""
     try:
-        st = os.lstat(copy)
-        return stat.S_ISREG(st.st_mode) and st.st_size == len(tail) and copy.read_bytes() == tail
+        fd = open_state_file(copy, os.O_RDONLY)
     except OSError:
         return False
+    with os.fdopen(fd, "rb") as fh:
+        return os.fstat(fd).st_size == len(tail) and fh.read(len(tail) + 1) == tail
 
 
 def parse_lines(file: Path, region: bytes, first_line: int,

@@ -22,6 +22,7 @@ say who holds it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -33,8 +34,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import SessionError, SessionHeldError, SessionTakenOverError
+from ..errors import SessionError, SessionHeldError, SessionTakenOverError, StateFileError
 from ..locking import lock_exclusive, unlock
+from ..statefiles import open_state_file, state_dir
 
 __all__ = ["Holder", "WriterLease", "current_holder", "lease_path"]
 
@@ -101,7 +103,7 @@ def _read_from_start(fd: int) -> bytes:
 
 def _same_file(fd: int, path: Path) -> bool:
     try:
-        st = os.stat(path)
+        st = os.stat(path, follow_symlinks=False)  # a link is never the file we locked
     except FileNotFoundError:
         return False
     mine = os.fstat(fd)
@@ -122,7 +124,7 @@ def current_holder(session_file: str | os.PathLike[str]) -> Holder | None:
     """The live holder of ``session_file``'s lease, or None when it is free (nobody, or a dead process)."""
     path = lease_path(session_file)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        fd = open_state_file(path, os.O_RDONLY)
     except OSError:
         return None
     try:
@@ -164,10 +166,11 @@ class WriterLease:
         me = Holder(os.getpid(), socket.gethostname(),
                     datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     (meta or {}).get("kernel"), (meta or {}).get("notebook"))
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
         for _ in range(20):  # a take-over may replace the file between our open and our lock
             try:
-                fd = os.open(path, flags, 0o644)
+                fd = open_state_file(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except StateFileError:
+                raise
             except OSError as exc:
                 raise SessionError(f"{path}: cannot open the session's lease file ({exc.strerror})") from None
             if _lock_soon(fd):
@@ -198,16 +201,19 @@ class WriterLease:
     @classmethod
     def _replace(cls, path: Path, holder: Holder) -> int:
         """A fresh lock file, locked and filled, renamed over ``path``; its descriptor."""
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
-        try:
-            lock_exclusive(fd)  # nobody else knows this file yet
-            cls._write(fd, holder)
-            os.replace(tmp, path)
-        except OSError as exc:
-            os.close(fd)
-            tmp.unlink(missing_ok=True)
-            raise SessionError(f"{path}: cannot take the session's lease over ({exc.strerror or exc})") from None
+        tmp = f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+        with state_dir(path.parent) as dir_fd:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=dir_fd)
+            try:
+                lock_exclusive(fd)  # nobody else knows this file yet
+                cls._write(fd, holder)
+                os.replace(tmp, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)  # replaces a link, never its target
+            except OSError as exc:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp, dir_fd=dir_fd)
+                raise SessionError(f"{path}: cannot take the session's lease over ({exc.strerror or exc})") from None
         return fd
 
     @property

@@ -43,8 +43,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import SessionError, SessionHeldError, SessionLockedError, SessionWarning, StaleLeafError
+from ..errors import SessionError, SessionHeldError, SessionLockedError, SessionWarning, StaleLeafError, StateFileError
 from ..locking import lock_exclusive, lock_shared, unlock
+from ..statefiles import open_state_file
 from ..surrogates import clean_surrogates
 from .entries import Entry, new_id, now_iso
 from .jsonl import FORMAT_VERSION, line_starts, open_session_file, parse_header, parse_lines, quarantine
@@ -99,7 +100,6 @@ class SessionStore(EntryQueries):
                lock_timeout: float = 10.0, clock: Callable[[], datetime] | None = None) -> SessionStore:
         """Create ``<directory>/<session-id>.jsonl`` with its header line and open it."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
         session_id = session_id or time.strftime("%Y%m%d-%H%M%S-") + new_id()[:8]
         file = directory / f"{session_id}.jsonl"
         header = {"type": "session", "version": FORMAT_VERSION, "id": session_id,
@@ -109,9 +109,13 @@ class SessionStore(EntryQueries):
             header.update({k: v for k, v in meta.items() if k not in header})
         line = (json.dumps(header, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
         try:
-            fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = open_state_file(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, create_dirs=True)
         except FileExistsError:
             raise SessionError(f"{file}: a session with id {session_id!r} already exists") from None
+        except StateFileError:
+            raise
+        except OSError as exc:
+            raise SessionError(f"{file}: cannot create the session file ({exc.strerror or exc})") from None
         try:
             os.write(fd, line)
             if fsync:
@@ -506,7 +510,7 @@ class SessionStore(EntryQueries):
         half-entry glued to the next one."""
         written = 0
         try:
-            fd = os.open(self.file, os.O_WRONLY | os.O_APPEND)
+            fd = open_state_file(self.file, os.O_WRONLY | os.O_APPEND)
             try:
                 while written < len(data):  # a regular file writes fully or fails; loop to be exact
                     written += os.write(fd, memoryview(data)[written:])
@@ -535,6 +539,7 @@ class SessionStore(EntryQueries):
             if self.lease is not None and self.lease.held:
                 return self.lease
             self.release()  # a lease lost to a take-over still locks the replaced file
+            os.close(open_state_file(self.file, os.O_RDONLY))  # never a writer of a link's target
             try:
                 self.lease = WriterLease.acquire(self.file, session_id=self.id, meta=meta)
             except SessionHeldError:
@@ -567,7 +572,7 @@ class SessionStore(EntryQueries):
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        fd = os.open(self.file, os.O_RDONLY)
+        fd = open_state_file(self.file, os.O_RDONLY)
         try:
             deadline = time.monotonic() + self.lock_timeout
             delay = 0.001
