@@ -172,7 +172,8 @@ class ApprovalGate:
         config = self._config()
         mode, sandbox = config.approval, config.sandbox
         arguments = call.arguments
-        if not needs_approval(mode, sandbox, (), call.name, arguments):
+        if not needs_approval(mode, sandbox, (), call.name, arguments,
+                              sandbox_skips_approval=config.sandbox_skips_approval):
             return None
         subject = _subject(call.name, arguments)
         if matches(self.rules, call.name, arguments):

@@ -293,7 +293,8 @@ async def _shell(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         raise ToolError(f"timeout_sec must be greater than 0, got {args.get('timeout_sec')!r}")
     before = await asyncio.to_thread(observe.snapshot, ctx.workspace)
     result = await run_shell(args["command"], ctx.workspace, timeout, hidden_env=ctx.hidden_env, cancel=ctx.cancel,
-                             sandbox=ctx.config.sandbox, transcript=ctx.store.file if ctx.store is not None else None)
+                             sandbox=ctx.config.sandbox, transcript=ctx.store.file if ctx.store is not None else None,
+                             sandbox_extra_env=ctx.config.sandbox_env)
     changes = observe.diff(before, await asyncio.to_thread(observe.snapshot, ctx.workspace))
     return ToolResult(result.text, result.is_error, {**result.data, "files_changed": changes.to_json()}, result.footer)
 

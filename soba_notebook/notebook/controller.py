@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agent import AgentHandle, AgentRuntime, TurnResult, open_agent
+from ..agent.approval import runs_without_asking
 from ..agent.kernel_state import tracker_for
 from ..agent.runtime import QueuedTurn
 from ..cancel import CancelToken
@@ -548,12 +549,7 @@ def _render(event: Event, renderer: CellRenderer, slot: ApprovalSlot | None = No
 def _approval_status(agent: Any) -> str:
     """``%soba status``'s approval line: the mode and the session's rules."""
     tools = agent.config.tools
-    mode = tools.approval
-    sandbox = getattr(tools, "sandbox", "none")
-    words = {"ask": "ask (shell, python and writes ask first)", "edits": "edits (writes run; shell and python ask)",
-             "never": "never (nothing asks)"}.get(mode, mode)
-    if sandbox != "none" and mode != "never":
-        words += f"; shell sandboxed ({sandbox}), runs without asking"
+    words = f"{tools.approval} ({runs_without_asking(tools.approval, tools.sandbox, tools.sandbox_skips_approval)})"
     rules = agent.approvals.rules
     return words + ("; session rules: " + ", ".join(rule.describe() for rule in rules) if rules else "")
 

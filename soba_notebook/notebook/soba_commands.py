@@ -11,6 +11,7 @@ import json
 
 from IPython.core.error import UsageError
 
+from ..agent.approval import runs_without_asking
 from ..errors import ToolError
 from .controller import NotebookSession
 from .magic_args import Command, Flag, Handler, Parsed, Table
@@ -100,11 +101,9 @@ def _approval(s: NotebookSession, args: Parsed) -> None:
     handle = s.ensure()  # opened first, so the change is a config entry of the session
     if args.words:
         s.set_override("tools", "approval", args.words[0])
-    mode = handle.agent.config.tools.approval
-    what = {"ask": "shell, python and every write ask first; reads never ask",
-            "edits": "writes in the workspace run without asking; shell and python ask",
-            "never": "nothing asks: the agent runs shell, python and writes with the kernel's rights"}[mode]
-    print(f"approval: {mode} ({what})" + (" · recorded in the transcript" if args.words else ""))
+    tools = handle.agent.config.tools
+    what = runs_without_asking(tools.approval, tools.sandbox, tools.sandbox_skips_approval)
+    print(f"approval: {tools.approval} ({what})" + (" · recorded in the transcript" if args.words else ""))
 
 
 def _config(s: NotebookSession, args: Parsed) -> None:
