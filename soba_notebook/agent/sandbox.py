@@ -73,8 +73,9 @@ _T = TypeVar("_T", bound=_Tool)
 #: What the model is told instead of "Not sandboxed.", so it does not retry a pip install or a write to ~.
 SANDBOXED_NOTE = ("Sandboxed: only the workspace and /tmp (private, emptied after each command) are writable, "
                   "the rest of the file system is read-only, there is no network (no pip install, git fetch, "
-                  "curl), secret environment variables are unset, and background processes end with the "
-                  "command.")
+                  "curl), the environment holds only PATH, HOME, the locale and a few more (no secrets), files "
+                  "Python would import in the kernel (a new X.py in the workspace) are kept only if the user "
+                  "allows, and background processes end with the command.")
 
 
 def with_sandbox_note(tools: Iterable[_T], sandbox: str) -> list[_T]:

@@ -46,6 +46,7 @@ from ..compaction.snapshot import BudgetSnapshot
 from ..config import ConfigEdit, SobaConfig, config_edit, load_config
 from ..errors import ConfigError
 from ..events import Event, EventBus
+from ..trusted_import import trusted_import
 from . import cellview
 from .approvals import APPROVAL_EVENT, ApprovalSlot, NotebookApprover
 from .board import CellBoard
@@ -77,7 +78,7 @@ def kernel_identity() -> dict[str, str | None]:
     """What names this kernel in a session's lease record: its kernel id and notebook, when known."""
     kernel = None
     try:
-        from ipykernel.connect import get_connection_file
+        get_connection_file = trusted_import("ipykernel.connect").get_connection_file
 
         kernel = Path(get_connection_file()).stem.removeprefix("kernel-")
     except Exception:  # not in a kernel (terminal IPython, a script): no id to give
