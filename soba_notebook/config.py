@@ -16,6 +16,7 @@ import difflib
 import json
 import math
 import os
+import re
 import shutil
 import warnings
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .scrub import names_a_secret
 
 __all__ = [
     "RESTART_KEYS",
@@ -146,6 +148,12 @@ class ToolsConfig:
     #: system but the workspace, no network, no secrets; see docs/SECURITY.md). Never a silent fall-back:
     #: "bwrap" without the ``bwrap`` program is a ConfigError at load.
     sandbox: str = field(default="none", metadata={"choices": ("none", "bwrap")})
+    #: under "ask" and "edits", whether a sandboxed shell command runs without a card (the sandbox
+    #: standing in for the question); false: it asks like any command (docs/SECURITY.md)
+    sandbox_skips_approval: bool = False
+    #: names of environment variables a sandboxed command gets beyond the allow list (PATH, HOME, the
+    #: locale…; agent/sandbox.py); a secret-named one is refused here and never passed
+    sandbox_env: tuple[str, ...] = ()
     #: who asks before a tool acts (agent/approval.py): "ask" (shell, python and every write ask first),
     #: "edits" (writes in the workspace run; shell and python ask), "never" (nothing asks)
     approval: str = field(default="ask", metadata={"choices": ("ask", "edits", "never")})
@@ -232,6 +240,7 @@ _SECTIONS: dict[str, type] = {"compaction": CompactionConfig, "model": ModelConf
                               "memory": MemoryConfig, "agent": AgentConfig, "notebook": NotebookConfig,
                               "ui": UiConfig}
 _FIELDS = {name: {f.name: f for f in fields(cls)} for name, cls in _SECTIONS.items()}
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SECRET_KEYS = {"apikey", "api_key", "key", "token", "accesstoken", "secret", "password", "authorization"}
 
 
@@ -260,6 +269,8 @@ def _check_value(source: str, dotted: str, name: str, value: Any, default: Any,
         if not isinstance(value, bool):
             raise bad("expected true or false")
         return value
+    if isinstance(default, tuple):  # tools.sandboxEnv: variable names
+        return _variable_names(value, bad)
     if bounds is not None:
         return _check_number(value, bounds, optional=default is None, bad=bad)
     if choices is not None:
@@ -274,6 +285,18 @@ def _check_value(source: str, dotted: str, name: str, value: Any, default: Any,
     if not isinstance(value, str) or not value.strip():
         raise bad("expected a non-empty string")
     return value
+
+
+def _variable_names(value: Any, bad: Any) -> tuple[str, ...]:
+    """A list of environment variable names, none of them one the scrubber calls secret."""
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise bad('expected a list of environment variable names, e.g. ["VIRTUAL_ENV", "PGHOST"]')
+    for name in value:
+        if not _VARIABLE_NAME.fullmatch(name):
+            raise bad(f"{name!r} is not an environment variable name (letters, digits and _, not first a digit)")
+        if names_a_secret(name):
+            raise bad(f"{name} is a secret's name, and secret variables are never passed into the sandbox")
+    return tuple(dict.fromkeys(value))
 
 
 def _check_number(value: Any, b: Bounds, *, optional: bool, bad: Any) -> Any:

@@ -31,11 +31,13 @@ __all__ = [
     "KNOWN_SECRET_VARIABLES",
     "MIN_SECRET_LENGTH",
     "SECRET_SUFFIXES",
+    "SECRET_WORDS",
     "TOKEN_PATTERNS",
     "Scrubber",
     "is_secret_name",
     "mark_tokens",
     "marker",
+    "names_a_secret",
     "secret_variables",
 ]
 
@@ -90,6 +92,19 @@ def is_secret_name(name: str) -> bool:
     """Whether a variable of this name holds a secret: a known provider key or a secret suffix."""
     upper = name.upper()
     return upper in KNOWN_SECRET_VARIABLES or upper.endswith(SECRET_SUFFIXES)
+
+
+#: Words that make a variable's name a secret's wherever a name alone decides (what a sandboxed command
+#: is given), beyond :func:`is_secret_name`'s suffixes: ``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD_FILE``.
+SECRET_WORDS = ("SECRET", "PASSWORD", "PASSWD", "TOKEN", "API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY",
+                "CREDENTIAL")
+
+
+def names_a_secret(name: str) -> bool:
+    """:func:`is_secret_name`, or a name containing one of :data:`SECRET_WORDS` (hiding one too many
+    costs little where only the name is known)."""
+    upper = name.upper()
+    return is_secret_name(name) or any(word in upper for word in SECRET_WORDS)
 
 
 def secret_variables(environ: Mapping[str, str] | None = None) -> dict[str, str]:

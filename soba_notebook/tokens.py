@@ -28,6 +28,7 @@ from functools import lru_cache
 from typing import Any
 
 from .session.entries import Entry
+from .trusted_import import trusted_import
 
 __all__ = [
     "IMAGE_TOKENS",
@@ -119,8 +120,8 @@ def _offline_bpe(url: str, expected_hash: str | None = None) -> dict[bytes, int]
 @lru_cache(maxsize=4)
 def load_encoding(name: str) -> Any:
     """The tiktoken ``Encoding`` called ``name``, built offline. Raises ``LookupError``."""
-    import tiktoken
-    import tiktoken_ext.openai_public as public
+    tiktoken = trusted_import("tiktoken")
+    public: Any = trusted_import("tiktoken_ext.openai_public")
 
     constructor = getattr(public, name, None)
     if constructor is None or name not in ("cl100k_base", "o200k_base"):

@@ -21,6 +21,7 @@ from soba_notebook.agent.approval import (
     Decision,
     Rule,
     needs_approval,
+    runs_without_asking,
     shell_prefixes,
     suggested_rules,
 )
@@ -82,9 +83,27 @@ def test_each_mode_asks_for_exactly_its_tools(mode: str, tool: str, args: dict[s
     assert needs_approval(mode, "none", (), tool, args) is asks
 
 
-def test_a_sandboxed_shell_command_runs_without_asking_but_python_still_asks() -> None:
-    assert needs_approval("ask", "bwrap", (), "shell", {"command": "rm -rf build"}) is False
-    assert needs_approval("ask", "bwrap", (), "python", {"code": "import os"}) is True
+def test_a_sandboxed_shell_command_still_asks_unless_sandbox_skips_approval_and_python_always_asks() -> None:
+    rm = {"command": "rm -f notes.txt"}
+    for mode in ("ask", "edits"):
+        assert needs_approval(mode, "bwrap", (), "shell", rm) is True  # the default: the card still comes
+        assert needs_approval(mode, "bwrap", (), "shell", rm, sandbox_skips_approval=True) is False
+        assert needs_approval(mode, "none", (), "shell", rm, sandbox_skips_approval=True) is True  # no sandbox
+        assert needs_approval(mode, "bwrap", (), "python", {"code": "import os"}, sandbox_skips_approval=True) is True
+    assert load_config(home=Path("/nonexistent-home"), project_dir=Path("/nonexistent")).tools.sandbox_skips_approval \
+        is False
+
+
+def test_what_runs_without_asking_is_one_sentence_naming_the_sandboxed_shell_exactly_when_it_skips() -> None:
+    assert runs_without_asking("ask", "none", False) == \
+        "runs without asking: reads; asks first: shell, python, every write"
+    assert runs_without_asking("ask", "bwrap", False) == \
+        "runs without asking: reads; asks first: shell (sandboxed; tools.sandboxSkipsApproval is false), python, " \
+        "every write"
+    assert runs_without_asking("edits", "bwrap", True) == \
+        "runs without asking: reads, writes in the workspace, sandboxed shell (tools.sandboxSkipsApproval); " \
+        "asks first: python"
+    assert runs_without_asking("never", "bwrap", False).startswith("nothing asks: shell (sandboxed), python")
 
 
 def test_a_shell_rule_is_the_program_and_its_subcommand_and_covers_no_other_command() -> None:

@@ -28,7 +28,7 @@ from agent_support import make_agent
 from ci_support import unavailable
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 
-from soba_notebook.agent.sandbox import bwrap_argv, hidden_in_sandbox
+from soba_notebook.agent.sandbox import bwrap_argv, hidden_in_sandbox, sandbox_env
 from soba_notebook.agent.tools import ToolContext, ToolOutcome, default_tools
 from soba_notebook.cancel import CancelToken
 from soba_notebook.config import ToolsConfig, load_config
@@ -70,7 +70,7 @@ def run(command: str, ws: Path, config: ToolsConfig = SANDBOX, **ctx: Any) -> To
 def test_bwrap_argv_binds_root_read_only_the_workspace_read_write_and_soba_read_only_over_it() -> None:
     ws = Path("/srv/project")
     argv = bwrap_argv(["bash", "-c", "make"], workspace=ws, soba_dirs=[ws / ".soba", Path("/root/.soba")],
-                      env={"PATH": "/usr/bin"}, bwrap="/usr/bin/bwrap")
+                      bwrap="/usr/bin/bwrap")
     pairs = [(argv[i], argv[i + 1]) for i in range(len(argv) - 1)]
     assert argv[:4] == ["/usr/bin/bwrap", "--ro-bind", "/", "/"]
     rw = argv.index("--bind")
@@ -86,26 +86,40 @@ def test_bwrap_argv_binds_root_read_only_the_workspace_read_write_and_soba_read_
 
 def test_bwrap_argv_mounts_the_private_tmp_before_a_workspace_that_lies_under_it() -> None:
     ws = Path("/tmp/pytest/ws")
-    argv = bwrap_argv(["true"], workspace=ws, soba_dirs=[ws / ".soba"], env={})
+    argv = bwrap_argv(["true"], workspace=ws, soba_dirs=[ws / ".soba"])
     assert argv.index("/tmp") < argv.index(str(ws)), "a tmpfs mounted after the bind would hide the workspace"
 
 
 def test_bwrap_argv_for_a_root_workspace_binds_root_read_write_before_dev_proc_and_tmp() -> None:
-    argv = bwrap_argv(["true"], workspace=Path("/"), soba_dirs=[Path("/root/.soba")], env={})
+    argv = bwrap_argv(["true"], workspace=Path("/"), soba_dirs=[Path("/root/.soba")])
     assert argv[1:4] == ["--bind", "/", "/"]
     assert argv.count("--bind") == 1, "a later bind of / would cover the sandbox's own /proc and /tmp"
     at = argv.index("/root/.soba")
     assert argv.index("--proc") > 3 and argv[at - 1:at + 2] == ["--ro-bind", "/root/.soba", "/root/.soba"]
 
 
-def test_bwrap_argv_unsets_secret_variables_and_the_named_ones_and_keeps_the_rest() -> None:
-    env = {"OPENAI_API_KEY": "sk-x", "AWS_SECRET_ACCESS_KEY": "s", "MY_TOKEN": "t", "PATH": "/usr/bin",
-           "HOME": "/root", "TMPDIR": "/var/tmp/me"}
-    argv = bwrap_argv(["true"], workspace=Path("/w"), soba_dirs=[], env=env, secret_names={"CUSTOM_KEY_VAR"})
-    unset = {argv[i + 1] for i, a in enumerate(argv) if a == "--unsetenv"}
-    assert unset == {"OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "MY_TOKEN", "CUSTOM_KEY_VAR"}
-    assert argv[argv.index("--setenv"):argv.index("--setenv") + 3] == ["--setenv", "TMPDIR", "/tmp"]
-    assert not hidden_in_sandbox("PATH") and not hidden_in_sandbox("HOME")
+def test_sandbox_env_is_an_allow_list_plus_sandbox_env_names_and_never_a_secret() -> None:
+    env = {"OPENAI_API_KEY": "sk-x", "AWS_SECRET_ACCESS_KEY": "s", "GH_PAT": "ghp_x", "PATH": "/usr/bin",
+           "DATABASE_URL": "postgres://me:pw@db/x", "HOME": "/root", "TMPDIR": "/var/tmp/me", "LC_ALL": "C.UTF-8",
+           "PGHOST": "db", "CUSTOM_KEY_VAR": "k", "MY_TOKEN": "t"}
+    got = sandbox_env(env, extra=("PGHOST", "MY_TOKEN", "CUSTOM_KEY_VAR"), secret_names={"CUSTOM_KEY_VAR"})
+    assert got == {"PATH": "/usr/bin", "HOME": "/root", "LC_ALL": "C.UTF-8", "PGHOST": "db", "TMPDIR": "/tmp"}
+    argv = bwrap_argv(["true"], workspace=Path("/w"), soba_dirs=[])
+    assert not any(value in argv for value in env.values()), "no value goes on bwrap's world-readable command line"
+    assert not hidden_in_sandbox("PATH") and not hidden_in_sandbox("HOME") and hidden_in_sandbox("DB_PASSWORD_FILE")
+
+
+def test_sandbox_env_config_takes_variable_names_and_refuses_a_secret_name_or_a_non_list(tmp_path: Path) -> None:
+    f = tmp_path / ".soba" / "config.json"
+    f.parent.mkdir()
+    f.write_text(json.dumps({"tools": {"sandboxEnv": ["PGHOST", "VIRTUAL_ENV"]}}))
+    assert load_config(home=tmp_path / "h", project_dir=tmp_path).tools.sandbox_env == ("PGHOST", "VIRTUAL_ENV")
+    for bad, said in ((["GH_TOKEN"], "secret"), (["DB_PASSWORD_FILE"], "secret"), ("PGHOST", "a list"),
+                      (["1X"], "not an environment variable name")):
+        f.write_text(json.dumps({"tools": {"sandboxEnv": bad}}))
+        with pytest.raises(ConfigError, match=said) as err:
+            load_config(home=tmp_path / "h", project_dir=tmp_path)
+        assert "tools.sandboxEnv" in str(err.value)
 
 
 def test_the_model_is_told_the_shell_is_sandboxed_only_when_it_is() -> None:
@@ -249,13 +263,23 @@ def test_sandboxed_command_cannot_connect_to_a_loopback_server(bwrap: str, ws: P
     assert "hello from the host" in unsandboxed.content and listener.accepted == 1
 
 
-def test_secret_variables_are_absent_in_the_sandbox_and_plain_ones_present(
+def test_sandbox_environment_is_an_allow_list_so_unlisted_secrets_are_absent_and_listed_extras_present(
         bwrap: str, ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GH_PAT and DATABASE_URL end in no secret suffix: a deny list let them in; the allow list does not."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-" + "a1b2c3d4e5f6a7b8c9d0")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "short")
-    monkeypatch.setenv("SOBA_TEST_PLAIN", "visible")
-    out = run('echo "[${OPENAI_API_KEY:-absent}] [${AWS_SECRET_ACCESS_KEY:-absent}] [$SOBA_TEST_PLAIN]"', ws)
-    assert "[absent] [absent] [visible]" in out.content, out.content
+    monkeypatch.setenv("GH_PAT", "pat-value-1234")
+    monkeypatch.setenv("DATABASE_URL", "postgres://app:hunter2@db.internal/prod")
+    monkeypatch.setenv("SOBA_TEST_PLAIN", "not listed")
+    monkeypatch.setenv("SOBA_TEST_EXTRA", "listed")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    command = 'echo "[${OPENAI_API_KEY:-absent}] [${AWS_SECRET_ACCESS_KEY:-absent}] [${GH_PAT:-absent}] ' \
+              '[${DATABASE_URL:-absent}] [${SOBA_TEST_PLAIN:-absent}] [$SOBA_TEST_EXTRA] [$LANG] [$TMPDIR]"; env'
+    out = run(command, ws, ToolsConfig(sandbox="bwrap", shell_timeout_sec=120, sandbox_env=("SOBA_TEST_EXTRA",)))
+    assert "[absent] [absent] [absent] [absent] [absent] [listed] [C.UTF-8] [/tmp]" in out.content, out.content
+    assert "hunter2" not in out.content and "pat-value-1234" not in out.content
+    unsandboxed = run(command, ws, ToolsConfig())  # the same command sees them without the sandbox
+    assert "[pat-value-1234]" in unsandboxed.content and "hunter2" in unsandboxed.content
 
 
 def test_sandboxed_command_cannot_read_the_environment_of_a_process_outside(bwrap: str, ws: Path) -> None:

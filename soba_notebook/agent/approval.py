@@ -9,9 +9,13 @@ into the call's result.
 Modes (the issue's contract, README "Approvals"):
 
 * ``"ask"`` (default): ``shell``, ``python`` and every write ask; reads never ask. A ``shell``
-  command runs without asking when ``tools.sandbox`` is ``"bwrap"`` (it cannot write outside the
-  workspace or reach the network); ``python`` runs in the kernel, so it always asks.
-* ``"edits"``: writes inside the workspace run; ``shell`` (unless sandboxed) and ``python`` ask.
+  command runs without asking only when ``tools.sandbox`` is ``"bwrap"`` *and*
+  ``tools.sandboxSkipsApproval`` is true (default false: the sandbox limits what a command reaches,
+  the card still says what runs); ``python`` runs in the kernel, so it always asks.
+* ``"edits"``: writes inside the workspace run; ``shell`` (unless sandboxed and skipping, as
+  above) and ``python`` ask.
+
+:func:`runs_without_asking` says it in one sentence for the current settings.
 * ``"never"``: nothing asks.
 
 A session rule ("Allow for this session") is, for ``shell``, a command prefix: the program and,
@@ -45,6 +49,7 @@ __all__ = [
     "Verdict",
     "matches",
     "needs_approval",
+    "runs_without_asking",
     "shell_prefixes",
     "suggested_rules",
 ]
@@ -238,7 +243,7 @@ def matches(rules: tuple[Rule, ...] | frozenset[Rule], tool: str, arguments: Map
 
 
 def needs_approval(mode: str, sandbox: str, rules: tuple[Rule, ...] | frozenset[Rule], tool: str,
-                   arguments: Mapping[str, Any]) -> bool:
+                   arguments: Mapping[str, Any], *, sandbox_skips_approval: bool = False) -> bool:
     """True when this call must ask the user before it runs (module docstring)."""
     if mode == "never" or tool in READ_TOOLS:
         return False
@@ -246,8 +251,22 @@ def needs_approval(mode: str, sandbox: str, rules: tuple[Rule, ...] | frozenset[
         if mode == "edits" and _edit_path(arguments) is not None:
             return False
     elif tool == "shell":
-        if sandbox == "bwrap":  # "ask" and "edits": it cannot write outside the workspace
+        if sandbox == "bwrap" and sandbox_skips_approval:  # it cannot write outside the workspace
             return False
     elif tool != "python":
         return False  # a tool registered by the user's own code: theirs to trust
     return not matches(rules, tool, arguments)
+
+
+def runs_without_asking(mode: str, sandbox: str, sandbox_skips_approval: bool) -> str:
+    """One sentence: what runs without asking under ``mode`` with these sandbox settings (the line
+    ``%soba approval`` and ``%soba status`` both show, so where the mode is set says it too)."""
+    sandboxed = sandbox == "bwrap"
+    if mode == "never":
+        return f"nothing asks: shell{' (sandboxed)' if sandboxed else ''}, python and every write run at once"
+    shell_free = sandboxed and sandbox_skips_approval
+    free = ["reads", *(["writes in the workspace"] if mode == "edits" else []),
+            *(["sandboxed shell (tools.sandboxSkipsApproval)"] if shell_free else [])]
+    shell = "shell (sandboxed; tools.sandboxSkipsApproval is false)" if sandboxed else "shell"
+    asks = [*([] if shell_free else [shell]), "python", *(["every write"] if mode == "ask" else [])]
+    return f"runs without asking: {', '.join(free)}; asks first: {', '.join(asks)}"

@@ -12,6 +12,11 @@ the call's result, ``denied by the user`` and the reason. Session rules live on 
 rebuilt from its ``approval`` entries at each turn start, so a resumed session keeps them and a
 rewind past the answer that added one drops it.
 
+After a call runs, :meth:`ApprovalGate.review` does the same for what a sandboxed ``shell`` command
+left where Python in this kernel imports from (:mod:`.import_guard`): a card asks whether to keep it
+(under ``"never"`` it is kept and named), and anything but a yes rolls it back into
+``.soba/quarantine/<call id>/``.
+
 With no approver (an :class:`~.loop.Agent` used from plain Python, no notebook or terminal to ask
 in) a call that would ask is denied at once, with a message saying how to set the mode.
 """
@@ -20,7 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +37,8 @@ from ..errors import SobaError
 from ..session.entries import Entry, ToolCall
 from . import workspace as ws
 from .approval import ApprovalRequest, Approver, Decision, Rule, matches, needs_approval, suggested_rules
+from .confine import STATE_DIR_NAME
+from .import_guard import PLANTED_KEY, Planted, roll_back
 from .tools import ToolOutcome
 
 if TYPE_CHECKING:
@@ -76,6 +85,12 @@ def _add_rules(found: list[Rule], entry: Entry) -> None:
         rule = Rule.from_json(raw)
         if rule is not None and rule not in found:
             found.append(rule)
+
+
+def _safe(call_id: str) -> str:
+    """A call id as one directory name (ids come from the model)."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", call_id)[:80].lstrip(".")
+    return name or "call"
 
 
 def _subject(tool: str, arguments: Mapping[str, Any]) -> str:
@@ -172,7 +187,8 @@ class ApprovalGate:
         config = self._config()
         mode, sandbox = config.approval, config.sandbox
         arguments = call.arguments
-        if not needs_approval(mode, sandbox, (), call.name, arguments):
+        if not needs_approval(mode, sandbox, (), call.name, arguments,
+                              sandbox_skips_approval=config.sandbox_skips_approval):
             return None
         subject = _subject(call.name, arguments)
         if matches(self.rules, call.name, arguments):
@@ -215,6 +231,41 @@ class ApprovalGate:
         if settle is not None:
             settle(request, decision)  # the card or prompt shows how it ended
         return decision
+
+    async def review(self, call: ToolCall, outcome: ToolOutcome, cancel: CancelToken) -> ToolOutcome:
+        """After a sandboxed ``shell`` call: the files it left where Python in this kernel imports from
+        (:mod:`.import_guard`) stay only when the mode asks nothing or the user keeps them on a card;
+        a denial, no answer, no front end or a stop rolls them back into ``.soba/quarantine/<call id>/``.
+        The result's last line says which (the model reads it, the cell shows it)."""
+        found = outcome.data.get(PLANTED_KEY)
+        if PLANTED_KEY not in outcome.data:
+            return outcome
+        data = {k: v for k, v in outcome.data.items() if k != PLANTED_KEY}
+        if not isinstance(found, Planted):
+            return replace(outcome, data=data)
+        config = self._config()
+        names, kept = found.names(), config.approval == "never"
+        if kept:
+            note = f"[kept (approval never): this command left code Python in this kernel would import: {names}]"
+        else:
+            where = f"{STATE_DIR_NAME}/quarantine/{_safe(call.id)}"
+            subject = f"keep {names}"
+            body = (f"Keep what this sandboxed command left where Python in this kernel imports from? {names}. "
+                    f"The kernel, unsandboxed, would run it at the next import of that name. Deny moves it to "
+                    f"{where}/ and restores what was there.\n\n$ {call.arguments.get('command', '')}")
+            request = ApprovalRequest(call.id, call.name, body, found.diff(DIFF_LIMIT), (),
+                                      config.approval_timeout_ms / 1000, config.approval)
+            decision = await self._ask(request, cancel)
+            self._append(approval_entry(call, decision, mode=config.approval, subject=subject))
+            kept = decision.allowed
+            if kept:
+                note = f"[kept (allowed by the user): {names}]"
+            else:
+                lines = await asyncio.to_thread(roll_back, found, self.workspace / where)
+                note = (f"[rolled back ({decision.verdict} by {decision.by}): files Python in this kernel would "
+                        f"import are not kept: " + "; ".join(lines) + "]")
+        data[PLANTED_KEY] = {**found.to_json(), "kept": kept}
+        return replace(outcome, content=f"{outcome.content.rstrip()}\n{note}", data=data)
 
     @staticmethod
     def _denial(tool: str, decision: Decision, timeout_s: float) -> str:

@@ -513,8 +513,9 @@ class Agent:
             self.bus.emit("tool_start", **ToolStartPayload(call_id=call.id, name=call.name,
                                                            arguments=dict(call.arguments)))
             result = await self.approvals.check(call, cancel) if call.name in self.tools else None
-            if result is None:
-                result = await self.tools.run(call.name, call.arguments, self.tool_context)
+            if result is None:  # it runs; what a sandboxed command left for import is reviewed after
+                result = await self.approvals.review(call, await self.tools.run(call.name, call.arguments,
+                                                                                self.tool_context), cancel)
             entry = self._append(tool_result(call.id, call.name, result.content, is_error=result.is_error,
                                              cancelled=result.cancelled, full_chars=result.full_chars,
                                              exit_code=result.data.get("exit_code"),

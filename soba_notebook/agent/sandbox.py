@@ -17,7 +17,10 @@ What one sandboxed command gets, in mount order (a later mount covers an earlier
   config that decides its own rights;
 * no network (a network namespace with only its own loopback), no capabilities (root inside is a root that
   cannot mount, remount or load anything), a new session (no terminal injection), killed with its parent;
-* the secret variables unset (:func:`hidden_in_sandbox`).
+* an environment built from an allow list (:func:`sandbox_env`): ``PATH``, ``HOME``, the locale, the
+  terminal and the user's names, plus the names ``tools.sandboxEnv`` adds; never a secret-named one.
+  Everything else the kernel has (``GH_PAT``, ``DATABASE_URL``, a cloud profile) is simply not there,
+  whatever its name, so no deny list has to guess every secret's name.
 
 What it does not stop is in docs/SECURITY.md.
 """
@@ -33,25 +36,27 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 from ..errors import ToolError
 from ..providers.base import ToolSpec
-from ..scrub import is_secret_name
+from ..scrub import names_a_secret
 from .confine import STATE_DIR_NAME
 
-__all__ = ["BWRAP_PACKAGE", "bwrap_argv", "hidden_in_sandbox", "sandboxed", "state_dirs", "with_sandbox_note"]
+__all__ = ["BWRAP_PACKAGE", "SANDBOX_ENV", "bwrap_argv", "hidden_in_sandbox", "sandbox_env", "sandboxed", "state_dirs",
+           "with_sandbox_note"]
 
 #: The Debian package that installs ``/usr/bin/bwrap``.
 BWRAP_PACKAGE = "bubblewrap"
 
-#: Words that make a variable a secret inside the sandbox, beyond the scrubber's names
-#: (``AWS_SECRET_ACCESS_KEY`` ends with none of its suffixes): hiding one too many costs little here.
-_SECRET_WORDS = ("SECRET", "PASSWORD", "PASSWD", "TOKEN", "API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY",
-                 "CREDENTIAL")
+
+
+#: The variables a sandboxed command gets from the kernel's environment (``LC_*``: every locale
+#: category), before ``tools.sandboxEnv`` adds more; ``TMPDIR`` is always the sandbox's own ``/tmp``.
+SANDBOX_ENV = ("PATH", "HOME", "LANG", "LANGUAGE", "LC_*", "TERM", "TZ", "USER", "LOGNAME", "SHELL", "COLUMNS",
+               "LINES")
 
 
 def hidden_in_sandbox(name: str) -> bool:
     """Whether the variable ``name`` is unset in the sandbox: the scrubber's secret names, whatever the
     value's length, and any name containing a secret word (``AWS_SECRET_ACCESS_KEY``, ``DB_PASSWORD_FILE``)."""
-    upper = name.upper()
-    return is_secret_name(name) or any(word in upper for word in _SECRET_WORDS)
+    return names_a_secret(name)
 
 
 class _Tool(Protocol):
@@ -68,8 +73,9 @@ _T = TypeVar("_T", bound=_Tool)
 #: What the model is told instead of "Not sandboxed.", so it does not retry a pip install or a write to ~.
 SANDBOXED_NOTE = ("Sandboxed: only the workspace and /tmp (private, emptied after each command) are writable, "
                   "the rest of the file system is read-only, there is no network (no pip install, git fetch, "
-                  "curl), secret environment variables are unset, and background processes end with the "
-                  "command.")
+                  "curl), the environment holds only PATH, HOME, the locale and a few more (no secrets), files "
+                  "Python would import in the kernel (a new X.py in the workspace) are kept only if the user "
+                  "allows, and background processes end with the command.")
 
 
 def with_sandbox_note(tools: Iterable[_T], sandbox: str) -> list[_T]:
@@ -91,13 +97,30 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def bwrap_argv(command: Sequence[str], *, workspace: Path, soba_dirs: Iterable[Path], env: Mapping[str, str],
-               secret_names: Iterable[str] = (), bwrap: str = "bwrap") -> list[str]:
+def sandbox_env(env: Mapping[str, str], extra: Iterable[str] = (), secret_names: Iterable[str] = ()) -> dict[str, str]:
+    """The environment a sandboxed command starts with (pure): the variables of ``env`` that
+    :data:`SANDBOX_ENV` or ``extra`` (``tools.sandboxEnv``) name, except any that
+    :func:`hidden_in_sandbox` or ``secret_names`` calls secret, and ``TMPDIR=/tmp``.
+
+    It is the environment bwrap itself is started with (bwrap hands it on), not ``--setenv``
+    arguments: a process's command line is readable by every user of the machine, its environment
+    is not."""
+    allowed = {*SANDBOX_ENV, *extra}
+    secret = set(secret_names)
+    out = {name: value for name, value in env.items()
+           if (name in allowed or (name.startswith("LC_") and "LC_*" in allowed))
+           and name not in secret and not hidden_in_sandbox(name)}
+    out["TMPDIR"] = "/tmp"  # the host's temporary directory is read-only (or hidden) in here
+    return out
+
+
+def bwrap_argv(command: Sequence[str], *, workspace: Path, soba_dirs: Iterable[Path],
+               bwrap: str = "bwrap") -> list[str]:
     """The argv that runs ``command`` under bubblewrap in ``workspace`` (pure: no file is looked at).
 
     ``workspace`` and ``soba_dirs`` are resolved absolute paths; the ``soba_dirs`` inside the workspace
-    are bound read-only over it (those outside are read-only already). ``secret_names`` and every
-    variable of ``env`` that :func:`hidden_in_sandbox` names are unset.
+    are bound read-only over it (those outside are read-only already). The environment is not on
+    the command line: bwrap is started with :func:`sandbox_env`'s.
     """
     # A workspace of "/" (allowBroadWorkspace) is the one whose bind would cover /dev, /proc and /tmp:
     # it becomes the root bind itself, read-write, before them.
@@ -110,10 +133,6 @@ def bwrap_argv(command: Sequence[str], *, workspace: Path, soba_dirs: Iterable[P
         argv += ["--ro-bind", str(state), str(state)]
     argv += ["--chdir", str(workspace), "--unshare-net", "--unshare-pid", "--unshare-ipc", "--cap-drop", "ALL",
              "--new-session", "--die-with-parent"]
-    for name in sorted({*secret_names, *(n for n in env if hidden_in_sandbox(n))}):
-        argv += ["--unsetenv", name]
-    if "TMPDIR" in env:  # the host's temporary directory is read-only (or hidden) in here
-        argv += ["--setenv", "TMPDIR", "/tmp"]
     return [*argv, "--", *command]
 
 
@@ -126,7 +145,7 @@ def state_dirs(workspace: Path, transcript: Path | None = None, home: Path | Non
     return [p.resolve() for p in found]
 
 
-def sandboxed(command: Sequence[str], workspace: Path, env: Mapping[str, str], *, secret_names: Iterable[str] = (),
+def sandboxed(command: Sequence[str], workspace: Path, env: Mapping[str, str], *,
               transcript: Path | None = None) -> list[str]:
     """``command`` wrapped in bubblewrap, after the I/O it needs: ``bwrap`` found on PATH, and every state
     directory inside the workspace created (an absent ``.soba`` could otherwise be created, config and all,
@@ -145,4 +164,4 @@ def sandboxed(command: Sequence[str], workspace: Path, env: Mapping[str, str], *
         except OSError as exc:
             raise ToolError(f"cannot create {d} to bind it read-only in the sandbox: {exc.strerror or exc}; "
                             f"the command did not run") from None
-    return bwrap_argv(command, workspace=root, soba_dirs=dirs, env=env, secret_names=secret_names, bwrap=bwrap)
+    return bwrap_argv(command, workspace=root, soba_dirs=dirs, bwrap=bwrap)

@@ -40,7 +40,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import ToolError
 from .process_reaper import die_with_parent, kill_tree, track, untrack
-from .sandbox import hidden_in_sandbox, sandboxed
+from .sandbox import sandbox_env, sandboxed
 
 if TYPE_CHECKING:
     from ..cancel import CancelToken
@@ -90,16 +90,17 @@ def _read_capture(file: IO[bytes]) -> str:
 
 async def run_shell(command: str, cwd: Path, timeout: float, *, hidden_env: frozenset[str] = frozenset(),
                     cancel: CancelToken | None = None, sandbox: str = "none",
-                    transcript: Path | None = None) -> ShellResult:
+                    transcript: Path | None = None, sandbox_extra_env: tuple[str, ...] = ()) -> ShellResult:
     """Run ``command`` with ``bash -c`` in ``cwd`` (inside bubblewrap when ``sandbox`` is ``"bwrap"``;
     ``transcript`` names the session's file, whose ``.soba`` is kept read-only), killing its process
-    group after ``timeout`` seconds or when ``cancel`` fires. Raises
+    group after ``timeout`` seconds or when ``cancel`` fires; a sandboxed command's environment is the
+    allow list of :func:`~.sandbox.sandbox_env` plus ``sandbox_extra_env`` (``tools.sandboxEnv``). Raises
     :class:`~soba_notebook.errors.ToolError` only when bash (or bwrap) cannot be started."""
     argv = ["bash", "-c", command]
     env = {k: v for k, v in os.environ.items() if k not in hidden_env}
     if sandbox == "bwrap":
-        argv = sandboxed(argv, cwd, env, secret_names=hidden_env, transcript=transcript)
-        env = {k: v for k, v in env.items() if not hidden_in_sandbox(k)}
+        argv = sandboxed(argv, cwd, env, transcript=transcript)
+        env = sandbox_env(env, sandbox_extra_env, hidden_env)
     elif sandbox != "none":  # a typo in code that builds ToolsConfig by hand: never run unsandboxed
         raise ToolError(f'tools.sandbox = {sandbox!r} is not allowed: expected "none" or "bwrap"')
     run_id = secrets.token_hex(8)

@@ -40,7 +40,9 @@ from ..config import ToolsConfig
 from ..errors import SessionError, ToolError
 from ..providers.base import ToolSpec
 from ..scrub import Scrubber
+from ..trusted_import import distrust
 from . import file_changes as observe
+from . import import_guard
 from . import workspace as ws
 from .notebook_access import NotebookAccess
 from .pyexec import run_python
@@ -121,6 +123,7 @@ class ToolContext:
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).expanduser().resolve()
+        distrust(self.workspace)  # SOBA's own lazy imports never load a module its shell commands can plant
         if self.spill_dir is None:
             self.spill_dir = self.workspace / ".soba" / "outputs"
 
@@ -292,10 +295,17 @@ async def _shell(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     if timeout <= 0:
         raise ToolError(f"timeout_sec must be greater than 0, got {args.get('timeout_sec')!r}")
     before = await asyncio.to_thread(observe.snapshot, ctx.workspace)
+    # what import would find, before and after a sandboxed command: the approval gate reviews a change
+    importable = await asyncio.to_thread(import_guard.take, ctx.workspace) if ctx.config.sandbox == "bwrap" else None
     result = await run_shell(args["command"], ctx.workspace, timeout, hidden_env=ctx.hidden_env, cancel=ctx.cancel,
-                             sandbox=ctx.config.sandbox, transcript=ctx.store.file if ctx.store is not None else None)
+                             sandbox=ctx.config.sandbox, transcript=ctx.store.file if ctx.store is not None else None,
+                             sandbox_extra_env=ctx.config.sandbox_env)
     changes = observe.diff(before, await asyncio.to_thread(observe.snapshot, ctx.workspace))
-    return ToolResult(result.text, result.is_error, {**result.data, "files_changed": changes.to_json()}, result.footer)
+    data = {**result.data, "files_changed": changes.to_json()}
+    if importable is not None:
+        after = await asyncio.to_thread(import_guard.take, ctx.workspace, keep=False, roots=importable.roots)
+        data[import_guard.PLANTED_KEY] = import_guard.planted(importable, after)
+    return ToolResult(result.text, result.is_error, data, result.footer)
 
 
 async def _python(args: dict[str, Any], ctx: ToolContext) -> ToolResult:

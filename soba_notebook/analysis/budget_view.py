@@ -19,6 +19,7 @@ from ..config import SobaConfig, load_config
 from ..session.context import first_kept_index
 from ..session.entries import Entry
 from ..tokens import REPLY_PRIMING
+from ..trusted_import import trusted_import
 from ._common import (
     OUTCOME_CATEGORIES,
     SOURCE_CATEGORIES,
@@ -263,7 +264,7 @@ def plot_budget(data: pd.DataFrame | SessionLike, ax: Any = None, *, title: str 
     missing = [c for c in ("effective_tokens", "hard_limit", "soft_limit") if c not in frame.columns]
     if missing:
         raise ValueError(f"plot_budget needs a budget_history() frame; missing columns: {', '.join(missing)}")
-    import matplotlib.pyplot as plt
+    plt = trusted_import("matplotlib.pyplot")
 
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 4))
@@ -296,8 +297,8 @@ def plot_budget(data: pd.DataFrame | SessionLike, ax: Any = None, *, title: str 
                            color="tab:gray", zorder=3, label=f"{trig}, not completed ({len(other)})")
     if not len(frame):
         ax.text(0.5, 0.5, "no inferences", transform=ax.transAxes, ha="center", va="center")
-    from matplotlib.ticker import FuncFormatter, MaxNLocator
-    from matplotlib.transforms import offset_copy
+    ticker, transforms = trusted_import("matplotlib.ticker"), trusted_import("matplotlib.transforms")
+    FuncFormatter, MaxNLocator, offset_copy = ticker.FuncFormatter, ticker.MaxNLocator, transforms.offset_copy
 
     # as many ticks as the axes' width holds ("auto"), so two plots side by side do not run their
     # labels together; inferences are counted, not measured

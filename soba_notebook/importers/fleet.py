@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..trusted_import import trusted_import
+
 __all__ = ["TRANSCRIPT_SUFFIXES", "FolderImport", "bar_class", "import_transcripts", "run_all", "transcript_files"]
 
 #: File name endings that may hold a transcript (pi / Claude Code JSONL, OpenAI / SWE-agent JSON).
@@ -54,12 +56,8 @@ def bar_class() -> Any:
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     if shell is not None and type(shell).__name__ == "ZMQInteractiveShell":
-        from tqdm.notebook import tqdm as notebook_bar
-
-        return notebook_bar
-    from tqdm.std import tqdm as text_bar
-
-    return text_bar
+        return trusted_import("tqdm.notebook").tqdm
+    return trusted_import("tqdm.std").tqdm
 
 
 def run_all(fn: Callable[..., _T], jobs: Sequence[tuple[Any, ...]], executor: concurrent.futures.Executor | None, *,

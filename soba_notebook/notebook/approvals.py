@@ -41,6 +41,7 @@ from ..agent.approval import ApprovalRequest, Decision
 from ..agent.approval_gate import mode_hint
 from ..cancel import CancelToken
 from ..events import Event
+from ..trusted_import import trusted_import
 
 if TYPE_CHECKING:
     from .board import CellBoard
@@ -215,7 +216,7 @@ class ApprovalSlot:
     and release land on different elements is lost (a person's, and a browser test's)."""
 
     def __init__(self, above: CellBoard | None = None) -> None:
-        import ipywidgets  # type: ignore[import-untyped]
+        ipywidgets = trusted_import("ipywidgets")
         from IPython.display import display
 
         self._above = above

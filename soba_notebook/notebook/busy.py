@@ -22,12 +22,14 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from ..trusted_import import trusted_import
+
 __all__ = ["busy_while_waiting"]
 
 
 def _kernel() -> Any | None:
     try:
-        from ipykernel.kernelbase import Kernel
+        Kernel = trusted_import("ipykernel.kernelbase").Kernel
     except ImportError:
         return None
     return Kernel.instance() if Kernel.initialized() else None

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agent import AgentHandle, AgentRuntime, TurnResult, open_agent
+from ..agent.approval import runs_without_asking
 from ..agent.kernel_state import tracker_for
 from ..agent.runtime import QueuedTurn
 from ..cancel import CancelToken
@@ -47,6 +48,7 @@ from ..compaction.snapshot import BudgetSnapshot
 from ..config import ConfigEdit, SobaConfig, config_edit, load_config
 from ..errors import ConfigError
 from ..events import Event, EventBus
+from ..trusted_import import trusted_import
 from . import cellview
 from .agent_changes import Change, change_agent
 from .approvals import APPROVAL_EVENT, ApprovalSlot, NotebookApprover
@@ -83,7 +85,7 @@ def kernel_identity() -> dict[str, str | None]:
     """What names this kernel in a session's lease record: its kernel id and notebook, when known."""
     kernel = None
     try:
-        from ipykernel.connect import get_connection_file
+        get_connection_file = trusted_import("ipykernel.connect").get_connection_file
 
         kernel = Path(get_connection_file()).stem.removeprefix("kernel-")
     except Exception:  # not in a kernel (terminal IPython, a script): no id to give
@@ -566,12 +568,7 @@ def _render(event: Event, renderer: CellRenderer, slot: ApprovalSlot | None = No
 def _approval_status(agent: Any) -> str:
     """``%soba status``'s approval line: the mode and the session's rules."""
     tools = agent.config.tools
-    mode = tools.approval
-    sandbox = getattr(tools, "sandbox", "none")
-    words = {"ask": "ask (shell, python and writes ask first)", "edits": "edits (writes run; shell and python ask)",
-             "never": "never (nothing asks)"}.get(mode, mode)
-    if sandbox != "none" and mode != "never":
-        words += f"; shell sandboxed ({sandbox}), runs without asking"
+    words = f"{tools.approval} ({runs_without_asking(tools.approval, tools.sandbox, tools.sandbox_skips_approval)})"
     rules = agent.approvals.rules
     return words + ("; session rules: " + ", ".join(rule.describe() for rule in rules) if rules else "")
 

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..trusted_import import trusted_import
 from .busy_comms import answer_while_busy
 
 __all__ = ["QUIET_AFTER_SILENCE_S", "REPLY_TIMEOUT_S", "TARGET", "FrontEndChannel", "Reply"]
@@ -51,7 +52,7 @@ class Reply:
 
 def _in_kernel() -> bool:
     try:
-        from ipykernel.kernelbase import Kernel
+        Kernel = trusted_import("ipykernel.kernelbase").Kernel
     except ImportError:
         return False
     return bool(Kernel.initialized())
@@ -74,7 +75,7 @@ class FrontEndChannel:
         if time.monotonic() < self._silent_until:
             return Reply(None, _SILENCE)
         try:
-            from comm import create_comm
+            create_comm = trusted_import("comm").create_comm
         except ImportError:  # pragma: no cover - comm comes with ipykernel
             return Reply(None, "this Python has no Jupyter comm support")
         request_id = uuid.uuid4().hex

@@ -19,6 +19,8 @@ import os
 import threading
 from typing import Any
 
+from ..trusted_import import trusted_import
+
 __all__ = ["ANCHOR", "PANEL_TITLE", "open_side_panel", "served_by_jupyter",
            "side_panel_available"]
 
@@ -33,7 +35,7 @@ _panels: dict[str, Any] = {}
 def side_panel_available() -> bool:
     """Is the ``sidecar`` package importable in this kernel?"""
     try:
-        import sidecar  # noqa: F401
+        trusted_import("sidecar")
     except ImportError:
         return False
     return True
@@ -51,7 +53,7 @@ def open_side_panel(widget: Any, key: str, *, title: str = PANEL_TITLE) -> bool:
     if not served_by_jupyter():
         return False
     try:
-        from sidecar import Sidecar
+        Sidecar = trusted_import("sidecar").Sidecar
     except ImportError:
         return False
     from IPython.display import display

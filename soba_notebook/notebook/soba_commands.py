@@ -11,6 +11,7 @@ import json
 
 from IPython.core.error import UsageError
 
+from ..agent.approval import runs_without_asking
 from ..errors import ToolError
 from .agent_changes import change_agent
 from .controller import NotebookSession
@@ -113,10 +114,9 @@ def _approval(s: NotebookSession, args: Parsed) -> None:
     """``%soba approval [ask|edits|never]``: the mode for this kernel's session, recorded in its transcript."""
     handle = s.ensure()  # opened first, so the change is a config entry of the session
     change = s.set_override("tools", "approval", args.words[0], at_step=True) if args.words else None
-    mode = args.words[0] if args.words else handle.agent.config.tools.approval
-    what = {"ask": "shell, python and every write ask first; reads never ask",
-            "edits": "writes in the workspace run without asking; shell and python ask",
-            "never": "nothing asks: the agent runs shell, python and writes with the kernel's rights"}[mode]
+    tools = handle.agent.config.tools
+    mode = args.words[0] if args.words else tools.approval
+    what = runs_without_asking(mode, tools.sandbox, tools.sandbox_skips_approval)
     print(f"approval: {mode} ({what})" + (" · recorded in the transcript" if args.words else "")
           + (f" · {change.words}" if change is not None and change.when != "now" else ""))
 
