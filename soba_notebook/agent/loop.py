@@ -163,7 +163,8 @@ class Agent:
             hidden_env=self._scrubber.names, scrubber=self._scrubber,
             refresh_secrets=lambda: self.refresh_secrets(keep_known=True))
         #: asks before shell, python and writes as tools.approval says (approver: the notebook's card or prompt)
-        self.approvals = ApprovalGate(self.workspace, lambda: self.config.tools, self._append, approver)
+        self.approvals = ApprovalGate(self.workspace, lambda: self.config.tools, self._append, approver,
+                                      self.tool_context)
         self.approvals.follow(store)
         #: a note that starts each turn (the notebook layer's: the user's own cells since the last turn)
         self.turn_note: Callable[[], str | None] | None = None
