@@ -13,7 +13,8 @@
 //   data-state      "pending" | the verdict (once, session, deny, timeout, cancelled)
 // Buttons: [data-answer="once"], [data-answer="session"], [data-answer="deny"]; the reason
 // field: .soba-approval__reason; the outcome line: .soba-approval__decision; under a block that
-// scrolls: .soba-approval__more.
+// scrolls: .soba-approval__more; why no session rule is offered: .soba-approval__no-rule; the
+// warning that the text holds control characters (shown escaped): .soba-approval__warning.
 
 function h(tag, className, parent, text) {
   const node = document.createElement(tag);
@@ -82,6 +83,8 @@ function render({ model, el }) {
       h("div", "soba-approval__label", box, "change");
       scrollNote(diffBlock(box, r.diff), observers);
     }
+    // The kernel made control characters visible (\x1b, \r, \u202e); this line says the text holds some.
+    if (r.controls) h("div", "soba-approval__warning", box, r.controls);
     if (d.verdict) {
       const line = h("div", `soba-approval__decision soba-approval__decision--${d.verdict}`, box, d.text || d.verdict);
       line.setAttribute("role", "status");
@@ -100,6 +103,7 @@ function render({ model, el }) {
     reason.placeholder = "reason (optional, the agent reads it)";
     const deny = h("button", "soba-approval__button soba-approval__button--deny", row, "Deny");
     deny.dataset.answer = "deny";
+    if (!r.rule && r.no_rule) h("div", "soba-approval__note soba-approval__no-rule", box, r.no_rule);
     const seconds = Math.round(r.timeout_s || 0);
     if (seconds) h("div", "soba-approval__note", box,
       `Denied on its own after ${new Intl.NumberFormat("en-US").format(seconds)} s without an answer.`);

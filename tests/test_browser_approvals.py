@@ -112,8 +112,9 @@ def _transcript(root: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def test_cards_are_answered_by_clicks_in_a_foreground_and_a_background_turn(tmp_path: Path,
-                                                                           fake_server: FakeServer) -> None:
+def _lab_root(tmp_path: Path, fake_server: FakeServer) -> Path:
+    """The Lab root (the notebook's folder beside it) of a project whose model is ``fake_server``
+    and whose every shell, python and write asks; fails with the install instruction without a browser."""
     _require_browser()
     root = tmp_path / "lab-root"
     (root / ".soba").mkdir(parents=True)
@@ -121,6 +122,12 @@ def test_cards_are_answered_by_clicks_in_a_foreground_and_a_background_turn(tmp_
         "model": {"provider": "openai", "model": "gpt-4o-mini", "baseUrl": fake_server.openai_base_url,
                   "apiKeyEnv": "SOBA_TEST_KEY", "contextWindow": 128000, "maxOutputTokens": 4000},
         "tools": {"approval": "ask"}}))
+    return root
+
+
+def test_cards_are_answered_by_clicks_in_a_foreground_and_a_background_turn(tmp_path: Path,
+                                                                           fake_server: FakeServer) -> None:
+    root = _lab_root(tmp_path, fake_server)
     (root / "notes.txt").write_text("keep this line\nold plan\n")
     q = fake_server.openai
     # the foreground turn

@@ -21,8 +21,13 @@ Modes (the issue's contract, README "Approvals"):
 A session rule ("Allow for this session") is, for ``shell``, a command prefix: the program and,
 for programs that have them, the subcommand (``git status`` is not ``git push``; ``pytest …``
 covers every ``pytest`` run). A command matches only when *every* simple command in it matches a
-rule and it has no redirection or substitution, so ``pytest && rm -rf ~`` still asks. For writes a
-rule is a file or a folder of the workspace; for ``python`` it is the tool itself.
+rule and it has no redirection or substitution, so ``pytest && rm -rf ~`` still asks. Allowing a
+chain for the session adds one rule per program in it (``cd . && rm -f x``: ``cd …`` and ``rm …``),
+and from then on every command made only of covered programs runs unasked, chained or not. A
+program that runs whatever follows it (:data:`RUNS_ANY_COMMAND`: ``sudo``, ``env``, ``bash``, shell
+keywords) is never a rule, and a command with one always asks; :func:`no_rule_reason` says why a
+card offers no rule. For writes a rule is a file or a folder of the workspace; for ``python`` it is
+the tool itself.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ __all__ = [
     "EDIT_TOOLS",
     "MODES",
     "READ_TOOLS",
+    "RUNS_ANY_COMMAND",
     "ApprovalRequest",
     "Approver",
     "Decision",
@@ -49,6 +55,7 @@ __all__ = [
     "Verdict",
     "matches",
     "needs_approval",
+    "no_rule_reason",
     "runs_without_asking",
     "shell_prefixes",
     "suggested_rules",
@@ -70,6 +77,16 @@ _SUBCOMMAND_PROGRAMS = frozenset({
     "git", "pip", "pip3", "uv", "npm", "npx", "pnpm", "yarn", "cargo", "go", "docker", "podman", "kubectl",
     "conda", "mamba", "poetry", "make", "apt", "apt-get", "brew", "dotnet", "gh", "hg", "svn", "jupyter",
     "systemctl", "helm", "terraform", "rustup", "hatch", "pdm", "tox", "nox",
+})
+#: Shell keywords and programs that run the command (or code) that follows them: a rule naming one
+#: would cover every command (``sudo …``, ``env …``, ``then …`` of ``if x; then rm -rf ~; fi``).
+RUNS_ANY_COMMAND = frozenset({
+    "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "for", "case", "esac", "select",
+    "function", "time", "coproc", "!", "{", "}", "[[", "]]",
+    "env", "sudo", "doas", "su", "runuser", "exec", "eval", "command", "builtin", "source", ".", "xargs",
+    "nohup", "nice", "ionice", "timeout", "stdbuf", "setsid", "chroot", "unshare", "nsenter", "flock", "watch",
+    "parallel", "find", "sh", "bash", "zsh", "dash", "ksh", "fish", "csh", "tcsh", "busybox", "strace", "ltrace",
+    "script", "ssh", "chrt", "taskset", "fakeroot", "bwrap", "firejail",
 })
 #: Shell syntax a rule never covers: redirections, substitutions, background jobs, subshells.
 _UNSAFE = re.compile(r"[<>`]|\$\(|\$\{|(?<![&|])&(?![&>])|\(|\)")
@@ -135,6 +152,8 @@ class ApprovalRequest:
     rules: tuple[Rule, ...]
     timeout_s: float
     mode: str = "ask"
+    #: why "Allow for this session" is not offered, in one line ("" when it is: :func:`no_rule_reason`)
+    no_rule: str = ""
 
     @property
     def rule_text(self) -> str:
@@ -150,46 +169,61 @@ class Approver(Protocol):
 
 # -- shell prefixes ------------------------------------------------------------------------------
 
-def _simple_commands(command: str) -> list[str] | None:
-    """The simple commands of ``command`` split at ``&&``, ``||``, ``;``, ``|`` and newlines, or
-    None when it holds syntax no rule may cover (redirection, substitution, ``&``, subshells)."""
+def _simple_commands(command: str) -> list[str] | str:
+    """The simple commands of ``command`` split at ``&&``, ``||``, ``;``, ``|`` and newlines, or why
+    a rule can never cover it (redirection, substitution, ``&``, subshells)."""
     text = _HARMLESS.sub(" ", command)
     if _UNSAFE.search(text):
-        return None
+        return ("it has a redirection, substitution, background job or subshell, which no rule covers, so it asks "
+                "every time")
     parts = [part.strip() for part in _SEPARATORS.split(text)]
-    return [part for part in parts if part] or None
+    return [part for part in parts if part] or "it is empty"
 
 
-def _prefix(simple: str) -> str | None:
-    """The program (and its subcommand, for programs that have them) of one simple command."""
+def _prefix(simple: str) -> str:
+    """The program (and its subcommand, for programs that have them) of one simple command; raises
+    ValueError saying why no rule may name it."""
     try:
         words = shlex.split(simple)
     except ValueError:
-        return None
-    if not words or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
-        return None  # FOO=1 cmd: an environment assignment can change what any program does
-        return None
+        raise ValueError("its quoting cannot be read, so no rule can name its program") from None
+    if not words:
+        raise ValueError("it is empty")
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):  # an assignment can change what any program does
+        raise ValueError(f"an environment assignment in front ({words[0].partition('=')[0]}=…) can change what "
+                         f"any program does, so no rule covers it")
     program = words[0]
+    if posixpath.basename(program) in RUNS_ANY_COMMAND:
+        raise ValueError(f"`{program}` runs whatever command or code follows it, so a rule for it would cover "
+                         f"every command")
     if posixpath.basename(program) in _SUBCOMMAND_PROGRAMS and len(words) > 1 \
             and re.fullmatch(r"[A-Za-z][A-Za-z0-9_:.-]*", words[1]):
         return f"{program} {words[1]}"
     return program
 
 
-def shell_prefixes(command: str) -> tuple[str, ...] | None:
-    """The prefixes of every simple command in ``command`` (in order, once each), or None when a
-    rule can never cover it (see :func:`_simple_commands`)."""
+def _shell_rules(command: str) -> tuple[str, ...] | str:
+    """The prefixes of every simple command in ``command`` (in order, once each), or why a rule
+    can never cover it."""
     parts = _simple_commands(command)
-    if parts is None:
-        return None
+    if isinstance(parts, str):
+        return parts
     prefixes: list[str] = []
     for part in parts:
-        prefix = _prefix(part)
-        if prefix is None:
-            return None
+        try:
+            prefix = _prefix(part)
+        except ValueError as why:
+            return str(why)
         if prefix not in prefixes:
             prefixes.append(prefix)
     return tuple(prefixes)
+
+
+def shell_prefixes(command: str) -> tuple[str, ...] | None:
+    """The prefixes of every simple command in ``command`` (in order, once each), or None when a
+    rule can never cover it (:func:`no_rule_reason` says why)."""
+    found = _shell_rules(command)
+    return None if isinstance(found, str) else found
 
 
 def _edit_path(arguments: Mapping[str, Any]) -> str | None:
@@ -218,6 +252,20 @@ def suggested_rules(tool: str, arguments: Mapping[str, Any]) -> tuple[Rule, ...]
         folder = posixpath.dirname(path)
         return (Rule("edits", f"{folder}/" if folder else path),)
     return ()
+
+
+def no_rule_reason(tool: str, arguments: Mapping[str, Any]) -> str:
+    """Why "Allow for this session" is not offered for this call, in one line ("" when it is)."""
+    if suggested_rules(tool, arguments):
+        return ""
+    if tool == "shell":
+        found = _shell_rules(str(arguments.get("command", "")))
+        return f"No “Allow for this session”: {found}." if isinstance(found, str) else ""
+    if tool in EDIT_TOOLS:
+        if tool == "notebook_edit" and not str(arguments.get("path") or "").strip():
+            return "No “Allow for this session”: no path was given (the kernel’s own notebook), and a rule names files."
+        return "No “Allow for this session”: the path is not inside the workspace, so no rule covers it."
+    return ""
 
 
 def matches(rules: tuple[Rule, ...] | frozenset[Rule], tool: str, arguments: Mapping[str, Any]) -> bool:

@@ -28,6 +28,7 @@ import difflib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,19 +37,33 @@ from ..config import ToolsConfig
 from ..errors import SobaError
 from ..session.entries import Entry, ToolCall
 from . import workspace as ws
-from .approval import ApprovalRequest, Approver, Decision, Rule, matches, needs_approval, suggested_rules
+from .approval import (
+    ApprovalRequest,
+    Approver,
+    Decision,
+    Rule,
+    matches,
+    needs_approval,
+    no_rule_reason,
+    suggested_rules,
+)
 from .confine import STATE_DIR_NAME
 from .import_guard import PLANTED_KEY, Planted, roll_back
-from .tools import ToolOutcome
+from .notebook_tools import preview_edit
+from .tools import ToolContext, ToolOutcome
 
 if TYPE_CHECKING:
     from ..session.store import SessionStore
 
-__all__ = ["DIFF_LIMIT", "ApprovalGate", "approval_entry", "mode_hint", "rules_on_path"]
+__all__ = ["DIFF_LIMIT", "ApprovalGate", "NotebookPreview", "approval_entry", "mode_hint", "rules_on_path"]
 
 #: The most characters of a diff a card shows (a rewritten 5 MB file is summarized, not shipped).
 DIFF_LIMIT = 200_000
 _FILE_LIMIT = 2_000_000
+
+#: What a ``notebook_edit`` call would change, computed as the edit computes it but written nowhere:
+#: ``(where, the cell's source before, after)``; raises :class:`SobaError` saying why it cannot.
+NotebookPreview = Callable[[Mapping[str, Any]], tuple[str, str, str]]
 
 
 def mode_hint() -> str:
@@ -107,29 +122,46 @@ def _subject(tool: str, arguments: Mapping[str, Any]) -> str:
     return str(path) if path is not None else ""
 
 
-def _diff(workspace: Path, tool: str, arguments: Mapping[str, Any]) -> str | None:
-    """What a write would change, as a unified diff (None for a call that is not a write)."""
+def _diff(workspace: Path, tool: str, arguments: Mapping[str, Any], preview: NotebookPreview | None) -> str | None:
+    """What a write would change, as a unified diff of the text before and after (None for a call
+    that is not a write): the whole file's for ``write_file`` and ``edit_file``, the cell's for
+    ``notebook_edit`` (``preview`` applies the edit to the notebook as it is now, writing nothing)."""
     path = str(arguments.get("path", ""))
+    note = ""
     if tool == "write_file":
         before = _current_text(workspace, path)
         after = str(arguments.get("content", ""))
     elif tool == "edit_file":
-        before, after = str(arguments.get("old", "")), str(arguments.get("new", ""))
+        old, new = str(arguments.get("old", "")), str(arguments.get("new", ""))
+        before = _current_text(workspace, path)
+        count = before.count(old) if old else 0
+        if count == 1 or (count and arguments.get("replace_all")):
+            after = before.replace(old, new) if arguments.get("replace_all") else before.replace(old, new, 1)
+        else:  # the tool will refuse it (no match, or not unique): show what was asked
+            before, after = old, new
+            note = "(old is not found exactly once in the file as it is now, so the edit will be refused)\n"
         if arguments.get("replace_all"):
             path += " (every occurrence)"
-    elif tool == "notebook_edit":  # the cell's new source (its old one is the open document's, not known here)
+    elif tool == "notebook_edit":
         path = _subject(tool, arguments)
-        before, after = "", "" if arguments.get("action") == "delete" else str(arguments.get("source", ""))
-        if not after:
-            return f"{path}: the cell is removed\n"
+        after = "" if arguments.get("action") == "delete" else str(arguments.get("source", ""))
+        before = ""
+        try:
+            if preview is None:
+                raise SobaError("no notebook can be read here")
+            path, before, after = preview(arguments)
+        except (SobaError, OSError, ValueError) as exc:
+            note = f"(the cell as it is now cannot be shown: {exc}; the new source only)\n"
+        if not before and not after:
+            return note + f"{path}: the cell is removed\n"
     else:
         return None
     lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
                                  f"a/{path}", f"b/{path}")
-    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    text = note + "".join(line if line.endswith("\n") else line + "\n" for line in lines)
     if len(text) > DIFF_LIMIT:
         text = text[:DIFF_LIMIT] + f"\n… {len(text) - DIFF_LIMIT:,} more characters of the diff not shown\n"
-    return text or "(no change)\n"
+    return text if text != note else note + "(no change)\n"
 
 
 def _current_text(workspace: Path, path: str) -> str:
@@ -148,12 +180,15 @@ class ApprovalGate:
 
     ``config()`` gives the current tools config (``%soba approval edits`` applies at the next call);
     ``append(entry)`` records an entry (the agent's scrubbed append); ``approver`` answers, or
-    ``None`` when no one can.
+    ``None`` when no one can; ``context`` is the tools' context, through which a ``notebook_edit``
+    card reads the cell it would change (without it the card shows the new source only).
     """
 
     def __init__(self, workspace: Path, config: Callable[[], ToolsConfig], append: Callable[[Entry], Any],
-                 approver: Approver | None = None) -> None:
+                 approver: Approver | None = None, context: ToolContext | None = None) -> None:
         self.workspace = workspace
+        #: how a notebook_edit's card shows the cell before and after (the tools' context: the open notebook)
+        self.preview: NotebookPreview | None = None if context is None else partial(preview_edit, context)
         self._config = config
         self._append = append
         self.approver = approver
@@ -195,8 +230,9 @@ class ApprovalGate:
             self._append(approval_entry(call, Decision("once", "allowed by a session rule", by="rule"),
                                         mode=mode, subject=subject))
             return None
-        request = ApprovalRequest(call.id, call.name, subject, _diff(self.workspace, call.name, arguments),
-                                  suggested_rules(call.name, arguments), config.approval_timeout_ms / 1000, mode)
+        diff = await asyncio.to_thread(_diff, self.workspace, call.name, arguments, self.preview)
+        request = ApprovalRequest(call.id, call.name, subject, diff, suggested_rules(call.name, arguments),
+                                  config.approval_timeout_ms / 1000, mode, no_rule_reason(call.name, arguments))
         decision = await self._ask(request, cancel)
         self._append(approval_entry(call, decision, mode=mode, subject=subject))
         if decision.verdict == "session":

@@ -149,8 +149,7 @@ class Agent:
         self.summary_provider = summary_provider or provider
         summarizer = ModelSummarizer(self._summary_complete, self.counter, context_window=config.model.context_window)
         summarizer.fit(config.model.context_window)
-        self.engine = CompactionEngine(store, config, self.counter, bus=self.bus, summarizer=summarizer,
-                                       flight=flight)
+        self.engine = CompactionEngine(store, config, self.counter, bus=self.bus, summarizer=summarizer, flight=flight)
         self._exact = ExactCounts(self.engine.tracker, self.counter, flight)
         # a new capsule's text as the server tokenizes it, where it can (compaction/capsule_count.py)
         self.engine.text_counts.count = getattr(provider, "count_text_tokens", None)
@@ -163,7 +162,8 @@ class Agent:
             hidden_env=self._scrubber.names, scrubber=self._scrubber,
             refresh_secrets=lambda: self.refresh_secrets(keep_known=True))
         #: asks before shell, python and writes as tools.approval says (approver: the notebook's card or prompt)
-        self.approvals = ApprovalGate(self.workspace, lambda: self.config.tools, self._append, approver)
+        self.approvals = ApprovalGate(self.workspace, lambda: self.config.tools, self._append, approver,
+                                      self.tool_context)
         self.approvals.follow(store)
         #: a note that starts each turn (the notebook layer's: the user's own cells since the last turn)
         self.turn_note: Callable[[], str | None] | None = None
@@ -423,8 +423,7 @@ class Agent:
     def _request_tokens(self, request: ModelRequest) -> int:
         # in the units the recovery compaction measures in (its budget and the retry's size)
         return request_tokens(self.counter, self._sent_system(request.system, request.tools),
-                              self._rendered_tools(request.tools), request.messages,
-                              sized=self.engine.tracker.sized)
+                              self._rendered_tools(request.tools), request.messages, sized=self.engine.tracker.sized)
 
     async def _infer(self, request: ModelRequest, cancel: CancelToken, inference: int = 1) -> ModelResponse | None:
         streamed: list[str] = []
@@ -514,8 +513,8 @@ class Agent:
                                                            arguments=dict(call.arguments)))
             result = await self.approvals.check(call, cancel) if call.name in self.tools else None
             if result is None:  # it runs; what a sandboxed command left for import is reviewed after
-                result = await self.approvals.review(call, await self.tools.run(call.name, call.arguments,
-                                                                                self.tool_context), cancel)
+                ran = await self.tools.run(call.name, call.arguments, self.tool_context)
+                result = await self.approvals.review(call, ran, cancel)
             entry = self._append(tool_result(call.id, call.name, result.content, is_error=result.is_error,
                                              cancelled=result.cancelled, full_chars=result.full_chars,
                                              exit_code=result.data.get("exit_code"),
@@ -540,8 +539,7 @@ class Agent:
 
     def _answer_without_running(self, call: ToolCall, written: list[str], message: str) -> None:
         """Record an error result for a call that is not run, so the transcript stays paired."""
-        self.bus.emit("tool_start", **ToolStartPayload(call_id=call.id, name=call.name,
-                                                       arguments=dict(call.arguments)))
+        self.bus.emit("tool_start", **ToolStartPayload(call_id=call.id, name=call.name, arguments=dict(call.arguments)))
         entry = self._append(tool_result(call.id, call.name, message, is_error=True))
         written.append(entry.id or "")
         self.bus.emit("tool_end", **ToolEndPayload(call_id=call.id, name=call.name, is_error=True, cancelled=False,

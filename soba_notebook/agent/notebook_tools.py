@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,8 @@ from .notebook_doc import (
 from .notebook_view import render_cells
 from .tools import Tool, ToolContext, ToolResult
 
-__all__ = ["NOTEBOOK_EDIT_TOOL", "NOTEBOOK_READ_TOOL", "is_notebook_path", "notebook_aware", "notebook_tools"]
+__all__ = ["NOTEBOOK_EDIT_TOOL", "NOTEBOOK_READ_TOOL", "is_notebook_path", "notebook_aware", "notebook_tools",
+           "preview_edit"]
 
 _NO_KERNEL_NOTEBOOK = ("this kernel does not know which notebook it runs (terminal IPython, or a front end that does "
                        "not tell the kernel its notebook path); pass path, e.g. {\"path\": \"analysis.ipynb\"}")
@@ -217,6 +218,23 @@ def edit_notebook(ctx: ToolContext, path: str, edit: NotebookEdit) -> ToolResult
         written = held.replace(dumps(result.notebook, shown), "notebook_edit", _changed_while(shown, raw is None))
     access.reads[shown] = _stamp(written.sha256, written.size, written.mtime_ns, result.notebook)
     return ToolResult(_edit_text(shown, result, notes), data=_facts(shown, result))
+
+
+def preview_edit(ctx: ToolContext, args: Mapping[str, Any]) -> tuple[str, str, str]:
+    """What ``notebook_edit`` with ``args`` would change, for its approval card before it runs:
+    ``("<notebook> cell <id>", source before, source after)``. The same read (the open document,
+    else the file) and the same :func:`.apply_edit` as the edit, on a copy; nothing is written or
+    recorded. Raises :class:`ToolError` as the edit would (no such cell, no notebook)."""
+    path, _ = _target(dict(args), ctx)
+    real = ws.resolve_in_workspace(ctx.workspace, path)
+    shown = ws.display_path(ctx.workspace, real)
+    nb = ctx.notebooks.documents.read(real) if ctx.notebooks.documents is not None else None
+    if nb is None:
+        shown, raw, _ = ws.read_whole(ctx.workspace, path, "notebook_edit", missing_ok=True)
+        nb = new_notebook() if raw is None else parse_notebook(raw, shown)[0]
+    assign_ids(nb)
+    change = apply_edit(nb, _edit_of(dict(args)), shown).change
+    return f"{shown} cell {change.cell_id}", change.before, change.after
 
 
 async def _notebook_edit(args: dict[str, Any], ctx: ToolContext) -> ToolResult:

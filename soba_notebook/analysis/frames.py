@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..agent.approval import Rule
 from ..compaction.capsule_entry import capsule_message
 from ..errors import SessionError
 from ..flight import read_flight_records
@@ -55,7 +56,10 @@ __all__ = [
 ]
 
 TRANSCRIPT_COLUMNS = ("id", "parent_id", "type", "role", "tool_name", "tokens", "tokens_source", "ts",
-                      "in_context", "on_path", "covered_by", "line", "detail")
+                      "in_context", "on_path", "covered_by", "line", "detail", "verdict", "decided_by", "subject",
+                      "reason")
+#: The verdicts of ``approval`` entries (agent/approval.py ``Verdict``), the ``verdict`` column's categories.
+_VERDICTS = ["once", "session", "deny", "timeout", "cancelled"]
 CAPSULE_COLUMNS = ("checkpoint_id", "trigger", "quality", "tokens_before", "tokens_after", "reclaimed_tokens",
                    "reclaimed_percent", "first_kept_entry_id", "summarized_entries", "duration_ms", "operation_id",
                    "ts", "entry_id", "source", "previous_checkpoint_id", "on_path", "ungrounded_claims")
@@ -131,7 +135,14 @@ def transcript(session: SessionLike) -> pd.DataFrame:
     line       Int64                   line in the session file (header is line 1)
     detail     string                  tool calls in words (``notebook_edit: replace cell a1b2 in
                                        x.ipynb``; ``; ``-joined), a result's observed files
-                                       (``modified x.ipynb#a1b2``); else ``<NA>``
+                                       (``modified x.ipynb#a1b2``); an approval's session rules
+                                       (``adds shell: pytest …``); else ``<NA>``
+    verdict    category                an ``approval`` entry's answer: ``once``, ``session``,
+                                       ``deny``, ``timeout``, ``cancelled``; else ``<NA>``
+    decided_by string                  who answered: ``user``, ``rule`` (a session rule allowed
+                                       it), ``timeout``, ``headless`` (no one could), ``error``
+    subject    string                  what was asked about: the command, the code, the path
+    reason     string                  a denial's reason as given (``<NA>`` when none)
     ========== ======================= ==========================================================
     """
     snap = snapshot(session)
@@ -155,6 +166,10 @@ def transcript(session: SessionLike) -> pd.DataFrame:
     stamps: list[str | None] = [None] * n
     lines: list[int | None] = [None] * n
     details: list[str | None] = [None] * n
+    verdicts: list[str | None] = [None] * n
+    deciders: list[str | None] = [None] * n
+    subjects: list[str | None] = [None] * n
+    reasons: list[str | None] = [None] * n
     for i, entry in enumerate(snap.entries):
         ids[i] = entry.id
         parents[i] = entry.parent_id
@@ -180,8 +195,13 @@ def transcript(session: SessionLike) -> pd.DataFrame:
         elif etype == "capsule":
             tokens[i] = capsule_cost(entry, counter)
         elif etype == "approval":  # who allowed or denied which tool call (agent/approval_gate.py)
-            tool = entry.data.get("tool")
-            tools[i] = tool if isinstance(tool, str) else None
+            tools[i] = _str_or_none(entry.data.get("tool"))
+            data = entry.data
+            verdicts[i], deciders[i] = _str_or_none(data.get("verdict")), _str_or_none(data.get("decidedBy"))
+            subjects[i], reasons[i] = _str_or_none(data.get("subject")), _str_or_none(data.get("reason"))
+            rules = [Rule.from_json(raw) for raw in entry.data.get("rules") or ()]
+            if any(rules):
+                details[i] = "adds " + ", ".join(rule.describe() for rule in rules if rule is not None)
         else:  # an entry type of another version or an import: whatever role it names
             other = entry.data.get("role")
             roles[i] = other if isinstance(other, str) else None
@@ -200,7 +220,12 @@ def transcript(session: SessionLike) -> pd.DataFrame:
         "covered_by": pd.Series([covered.get(i) if i is not None else None for i in ids], dtype="string"),
         "line": int64(lines),
         "detail": pd.Series(details, dtype="string"),
+        "verdict": pd.Series(verdicts, dtype=pd.CategoricalDtype(_VERDICTS)),
+        "decided_by": pd.Series(deciders, dtype="string"),
+        "subject": pd.Series(subjects, dtype="string"),
+        "reason": pd.Series(reasons, dtype="string"),
     }, columns=list(TRANSCRIPT_COLUMNS))
+
 
 
 def _call_words(call: Mapping[str, Any]) -> str:

@@ -20,6 +20,7 @@ import traitlets
 from ipywidgets import __protocol_version__  # type: ignore[import-untyped]
 
 from ..agent.approval import Decision
+from .approvals import shown_request
 from .busy_comms import answer_while_busy
 from .widget import asset_path
 
@@ -42,11 +43,9 @@ class ApprovalCard(anywidget.AnyWidget):
     decision = traitlets.Dict().tag(sync=True)
 
     def __init__(self, pending: PendingApproval, **kwargs: Any) -> None:
-        r = pending.request
         self._pending = pending
         self.on_msg(self._on_frontend_msg)  # before the comm opens (module docstring)
-        super().__init__(request={"tool": r.tool, "body": r.body, "diff": r.diff or "", "rule": r.rule_text,
-                                  "timeout_s": r.timeout_s, "call_id": r.call_id}, **kwargs)
+        super().__init__(request=shown_request(pending.request), **kwargs)
 
     def open(self) -> None:
         """ipywidgets' ``open``, in the order that loses no message (module docstring)."""

@@ -42,12 +42,13 @@ from ..agent.approval_gate import mode_hint
 from ..cancel import CancelToken
 from ..events import Event
 from ..trusted_import import trusted_import
+from ..visible import controls_note, visible_controls
 
 if TYPE_CHECKING:
     from .board import CellBoard
 
 __all__ = ["APPROVAL_EVENT", "APPROVAL_SETTLED_EVENT", "SHOWN_WITHIN_S", "ApprovalSlot", "NotebookApprover",
-           "PendingApproval", "decision_text", "headless_reason", "parse_answer"]
+           "PendingApproval", "decision_text", "headless_reason", "parse_answer", "shown_request"]
 
 #: The queue item (never a bus event: it carries a live object) that asks the cell to show a question.
 APPROVAL_EVENT = "approval_request"
@@ -70,6 +71,18 @@ _VERDICT_WORDS = {"once": "Allowed once", "session": "Allowed for this session",
                   "timeout": "Denied: no answer in time", "cancelled": "Cancelled: the turn was stopped"}
 
 
+def shown_request(request: ApprovalRequest) -> dict[str, Any]:
+    """What the card and the terminal prompt show of ``request``: every text with its control
+    characters made visible (:func:`~soba_notebook.visible.visible_controls`: a command that erases
+    its own line on a terminal must not read as another), a one-line warning when the command, code
+    or diff holds any, and why no session rule is offered when none is."""
+    note = controls_note(request.body + (request.diff or ""))
+    return {"tool": visible_controls(request.tool), "body": visible_controls(request.body),
+            "diff": visible_controls(request.diff or ""), "rule": visible_controls(request.rule_text),
+            "no_rule": visible_controls(request.no_rule), "controls": f"Careful: {note}." if note else "",
+            "timeout_s": request.timeout_s, "call_id": request.call_id}
+
+
 def decision_text(decision: Decision) -> str:
     """How a settled question reads on the card and in the terminal."""
     words = _VERDICT_WORDS.get(decision.verdict, decision.verdict)
@@ -78,7 +91,7 @@ def decision_text(decision: Decision) -> str:
     if decision.by == "rule":
         words = "Allowed by a session rule"
     reason = decision.reason.strip() if decision.verdict == "deny" else ""
-    return f"{words}: {reason}" if reason else words
+    return visible_controls(f"{words}: {reason}" if reason else words)
 
 
 def parse_answer(line: str, request: ApprovalRequest) -> Decision | None:
@@ -156,12 +169,16 @@ class PendingApproval:
             display(card)
 
     def _prompt(self, stdin: TextIO) -> None:
-        r = self.request
-        print(f"\nSOBA asks to run {r.tool}:")
-        print(r.body if r.tool != "python" else "\n".join("    " + line for line in r.body.splitlines()))
-        if r.diff:
-            print(r.diff.rstrip("\n"))
-        choices = "[y] allow once, " + (f"[a] allow for this session ({r.rule_text}), " if r.rules else "") \
+        r, shown = self.request, shown_request(self.request)
+        print(f"\nSOBA asks to run {shown['tool']}:")
+        body = shown["body"]
+        print(body if r.tool != "python" else "\n".join("    " + line for line in body.splitlines()))
+        if shown["diff"]:
+            print(shown["diff"].rstrip("\n"))
+        for line in (shown["controls"], shown["no_rule"]):
+            if line:
+                print(line)
+        choices = "[y] allow once, " + (f"[a] allow for this session ({shown['rule']}), " if r.rules else "") \
             + "[n] deny (a reason may follow: n REASON)"
         while not self.future.done():
             print(f"{choices}? ", end="", flush=True)
