@@ -1,11 +1,17 @@
-"""Small modules and short functions (the house rules of the brief and of issue 10), kept by CI,
-and no module reaching into another's private names.
+"""Module size follows the idea, short functions, and no module reaching into another's private names.
 
-Every module of ``soba_notebook/`` stays at or under :data:`MAX_MODULE_LINES` lines, and every
-function (methods and nested functions too) in the subpackages that hold the core decisions,
-``compaction/`` and ``agent/``, at or under :data:`MAX_FUNCTION_LINES` lines, counted from its
-``def`` to its last line. When a change crosses a limit, split the module or the function into
-well-named pieces rather than raising the number.
+Modules: a module of ``soba_notebook/`` past :data:`BIG_MODULE_LINES` lines must be named in
+:data:`BIG_MODULES` with the one idea that makes it that big and a ceiling it may grow to. Growth
+under the ceiling is free; past it (or past the line for a module not yet named) the change that
+needs the room raises the ceiling or names the module, and its commit says why, so a reviewer sees
+the decision. A module holding two ideas is split along them; a module is never split, nor its
+lines joined, only to fit a number. This is a ratchet rather than a hard cap because the hard cap
+(600 lines, issue 10) made modules that hold no idea of their own and classes read across files
+(issue 41 item 8), and rather than a warning because a warning in a CI log is read by nobody.
+
+Functions: every function (methods and nested functions too) in the subpackages that hold the
+core decisions, ``compaction/`` and ``agent/``, stays at or under :data:`MAX_FUNCTION_LINES` lines,
+counted from its ``def`` to its last line; past it, split the function into named steps.
 """
 
 from __future__ import annotations
@@ -16,7 +22,14 @@ from pathlib import Path
 import soba_notebook
 
 PACKAGE = Path(soba_notebook.__file__).parent
-MAX_MODULE_LINES = 600
+#: Past this many lines a module is big, and must be named in :data:`BIG_MODULES`.
+BIG_MODULE_LINES = 600
+#: The big modules: path under ``soba_notebook/`` -> (the most lines it may have, the idea that holds it
+#: together). Raise a ceiling, or add a module, in the change that needs it.
+BIG_MODULES: dict[str, tuple[int, str]] = {
+    "agent/loop.py": (800, "the agent loop: one turn's control flow, from the prompt to the last tool result"),
+    "session/store.py": (850, "SessionStore: one session file, its lock, its entry tree and the queries over it"),
+}
 MAX_FUNCTION_LINES = 80
 SHORT_FUNCTION_PACKAGES = ("compaction", "agent")
 
@@ -29,13 +42,28 @@ def _shown(path: Path) -> str:
     return str(path.relative_to(PACKAGE.parent)) if path.is_relative_to(PACKAGE.parent) else path.name
 
 
-def long_modules(root: Path, limit: int = MAX_MODULE_LINES) -> list[str]:
-    """``path: N lines`` for every module of ``root`` longer than ``limit`` lines."""
+def module_lines(root: Path) -> dict[str, int]:
+    """Every module of ``root`` (its path under ``root``) -> its number of lines."""
+    return {path.relative_to(root).as_posix(): len(path.read_text(encoding="utf-8").splitlines())
+            for path in _modules(root)}
+
+
+def oversized_modules(root: Path, record: dict[str, tuple[int, str]] = BIG_MODULES,
+                      line: int = BIG_MODULE_LINES) -> list[str]:
+    """What breaks the ratchet: a module past ``line`` lines that ``record`` does not name, a
+    named module past its ceiling, and a record entry naming no module (a stale path would let
+    its module grow unseen) or holding a ceiling that is no higher than ``line``."""
+    lines = module_lines(root)
     out = []
-    for path in _modules(root):
-        lines = len(path.read_text(encoding="utf-8").splitlines())
-        if lines > limit:
-            out.append(f"{_shown(path)}: {lines:,} lines")
+    for name, count in lines.items():
+        ceiling = record[name][0] if name in record else line
+        if count > ceiling:
+            where = f"past its ceiling of {ceiling:,} in BIG_MODULES" if name in record else \
+                f"past {line:,} and not in BIG_MODULES"
+            out.append(f"{name}: {count:,} lines, {where}")
+    out.extend(f"{name}: in BIG_MODULES but no such module" for name in record if name not in lines)
+    out.extend(f"{name}: ceiling {ceiling:,} is not above {line:,}" for name, (ceiling, _) in record.items()
+               if ceiling <= line)
     return out
 
 
@@ -67,8 +95,14 @@ def test_no_module_imports_another_modules_private_names() -> None:
     assert private_imports(PACKAGE) == [], "split along a seam: make the name part of the module's interface"
 
 
-def test_no_module_in_the_package_passes_600_lines() -> None:
-    assert long_modules(PACKAGE) == [], "split these modules along their ideas"
+def test_a_module_past_600_lines_is_named_with_its_idea_and_stays_under_its_ceiling() -> None:
+    assert oversized_modules(PACKAGE) == [], (
+        "a module holding two ideas: split it along them; one idea that needs the room: raise its ceiling "
+        "(or add it) in BIG_MODULES with that idea, and say why in the commit. Never join lines to fit")
+
+
+def test_every_big_module_names_the_idea_that_holds_it_together() -> None:
+    assert [name for name, (_, idea) in BIG_MODULES.items() if len(idea.split()) < 4] == []
 
 
 def test_no_function_in_compaction_or_agent_passes_80_lines() -> None:
@@ -77,14 +111,24 @@ def test_no_function_in_compaction_or_agent_passes_80_lines() -> None:
 
 
 def test_the_shape_checks_see_a_long_module_and_a_long_function(tmp_path: Path) -> None:
-    """The checks themselves: a 601-line module and an 81-line function are reported, the limits are not."""
+    """The checks themselves: a module one line past the line, a named module one line past its
+    ceiling, a stale record entry, a ceiling no higher than the line and an 81-line function are
+    reported; a module at the line, a named module at its ceiling and a function at the limit are not."""
     package = tmp_path / "pkg"
-    package.mkdir()
-    (package / "at_limit.py").write_text("x = 1\n" * MAX_MODULE_LINES)
-    (package / "too_long.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    (package / "sub").mkdir(parents=True)
+    (package / "at_line.py").write_text("x = 1\n" * BIG_MODULE_LINES)
+    (package / "too_long.py").write_text("x = 1\n" * (BIG_MODULE_LINES + 1))
+    (package / "sub" / "named.py").write_text("x = 1\n" * 700)
+    (package / "sub" / "grown.py").write_text("x = 1\n" * 701)
+    record = {"sub/named.py": (700, "one idea"), "sub/grown.py": (700, "one idea"),
+              "gone.py": (900, "one idea"), "at_line.py": (BIG_MODULE_LINES, "one idea")}
+    assert oversized_modules(package, record) == [
+        "sub/grown.py: 701 lines, past its ceiling of 700 in BIG_MODULES",
+        "too_long.py: 601 lines, past 600 and not in BIG_MODULES",
+        "gone.py: in BIG_MODULES but no such module",
+        "at_line.py: ceiling 600 is not above 600"]
     body = "".join(f"    y{i} = {i}\n" for i in range(MAX_FUNCTION_LINES - 1))
     (package / "funcs.py").write_text(f"def fits():\n{body}\n\nasync def too_long():\n{body}    return 1\n")
-    assert long_modules(package) == ["too_long.py: 601 lines"]
     assert long_functions(package) == [f"funcs.py:{MAX_FUNCTION_LINES + 3} too_long: 81 lines"]
-    (package / "half.py").write_text("from .at_limit import _helper, __version__, public\n")
+    (package / "half.py").write_text("from .at_line import _helper, __version__, public\n")
     assert private_imports(package) == ["half.py:1 _helper"]

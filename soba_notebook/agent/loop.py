@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import os
+import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -61,6 +63,7 @@ from ..session.payloads import (
     RequestStartPayload,
     ResponseKind,
     ResponseStartPayload,
+    RetryPayload,
     ToolEndPayload,
     ToolStartPayload,
     TurnEndPayload,
@@ -78,7 +81,6 @@ from .exact_count import ExactCounts
 from .rendering import RenderingLearner, relearn_rendering
 from .skills import SkillRegistry
 from .tools import ToolContext, ToolRegistry, default_tools
-from .turn_notes import canonical_arguments, internal_error, known_window, retry_payload
 
 __all__ = ["READ_ONLY_TOOLS", "SYSTEM_PROMPT", "Agent", "TurnResult"]
 
@@ -597,3 +599,36 @@ class Agent:
 
 #: The stream events that mean the reply began, and what ``response_start`` calls them.
 _RESPONSE_KINDS: dict[str, ResponseKind] = {"text": "text", "thinking": "thinking", "tool_call_start": "tool_call"}
+
+
+# -- what a turn says about itself (pure) --------------------------------------------------------
+def retry_payload(data: Mapping[str, Any]) -> RetryPayload:
+    """A provider's ``retry`` stream event as the bus's typed ``retry`` payload (plain reason first)."""
+    detail = str(data.get("reason") or "")
+    delay, attempt, most = data.get("delay"), data.get("attempt"), data.get("maxRetries")
+    status = data.get("status")
+    return RetryPayload(provider=str(data.get("provider") or ""),
+                        attempt=attempt if isinstance(attempt, int) else 0,
+                        max_retries=most if isinstance(most, int) else 0,
+                        delay=float(delay) if isinstance(delay, int | float) else 0.0,
+                        status=status if isinstance(status, int) else None,
+                        reason=str(data.get("say") or detail or "the request failed"), detail=detail)
+
+
+def known_window(provider: Provider) -> int | None:
+    """The context the provider knows its server has (the configured one if it learned none)."""
+    window = getattr(provider, "effective_context_window", None)
+    return window if isinstance(window, int) and window > 0 else None
+
+
+def internal_error(exc: Exception) -> str:
+    """The turn's error for a bug: what was raised and where, without a traceback on screen."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    return (f"internal error: {type(exc).__name__}: {exc}{where}. This is a bug in soba_notebook or in a tool, not "
+            "in your request; the turn was ended, its tool calls were answered and the transcript is intact")
+
+
+def canonical_arguments(arguments: Mapping[str, Any]) -> str:
+    """One text per argument value, whatever the key order the model used."""
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=str)

@@ -21,7 +21,7 @@ import threading
 import weakref
 from array import array
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from ..errors import SessionError
 from .entries import Entry
 from .jsonl import parse_lines
 
-__all__ = ["KEPT_BYTES", "KEPT_ENTRIES", "READ_SPAN_BYTES", "EntryQueries", "EntryRecords"]
+__all__ = ["KEPT_BYTES", "KEPT_ENTRIES", "READ_SPAN_BYTES", "EntryRecords"]
 
 #: How many bytes of lines the whole entries a file store keeps by itself may come to: the newest
 #: it indexed and the ones most recently read back. Beyond them it keeps only the entries someone
@@ -230,74 +230,3 @@ class EntryRecords:
                                f"when the session was opened; the file was changed in place (sessions are "
                                f"append-only)")
         return Entry.from_parsed(obj, self.lines[i])
-
-
-class EntryQueries:
-    """The queries of a session store that read entries by their records (a mixin of
-    :class:`~.store.SessionStore`): whatever is not held is read back, and the record-only ones
-    (:meth:`type_of`, :meth:`role_of`, ``len``, ``in``) read nothing."""
-
-    file: Path
-    _rec: EntryRecords
-
-    def entries(self) -> list[Entry]:
-        """Every entry in file order (header excluded), unknown types included; those the store
-        no longer holds are read back from the file (in large sequential reads)."""
-        return self._rec.whole(range(len(self._rec)))
-
-    def entries_of_type(self, kind: str) -> list[Entry]:
-        """The entries of type ``kind`` in file order; only they are read back, never the rest."""
-        types = self._rec.types
-        return self._rec.whole([i for i in range(len(types)) if types[i] == kind])
-
-    def type_of(self, entry_id: str) -> str:
-        """The type of entry ``entry_id``, from its record: nothing is read back."""
-        try:
-            return self._rec.types[self._rec.pos[entry_id]]
-        except KeyError:
-            raise SessionError(f"{self.file}: no entry with id {entry_id!r}") from None
-
-    def role_of(self, entry_id: str) -> str | None:
-        """The role of message ``entry_id`` (None for other entries), from its record: nothing is
-        read back (a walk for the latest replies reads back only the assistant messages)."""
-        try:
-            return self._rec.roles[self._rec.pos[entry_id]]
-        except KeyError:
-            raise SessionError(f"{self.file}: no entry with id {entry_id!r}") from None
-
-    def get_many(self, entry_ids: Sequence[str]) -> list[Entry]:
-        """The entries ``entry_ids``, in that order: like :meth:`get` for each, with the ones to read
-        back read in one pass over the file."""
-        pos = self._rec.pos
-        try:
-            return self._rec.whole([pos[eid] for eid in entry_ids])
-        except KeyError as exc:
-            raise SessionError(f"{self.file}: no entry with id {exc.args[0]!r}") from None
-
-    @property
-    def read_back(self) -> int:
-        """How many entries were read back from the file so far (a test and the soak count them)."""
-        return self._rec.read_back
-
-    def __len__(self) -> int:
-        return len(self._rec)
-
-    def __iter__(self) -> Iterator[Entry]:
-        return iter(self.entries())
-
-    def __contains__(self, entry_id: object) -> bool:
-        return entry_id in self._rec.pos
-
-    def get(self, entry_id: str) -> Entry:
-        """The entry ``entry_id``: the object the store or anyone else still holds, else read back
-        from its line (one read) and kept among the most recent."""
-        pos = self._rec.pos.get(entry_id)
-        if pos is None:
-            raise SessionError(f"{self.file}: no entry with id {entry_id!r}")
-        return self._rec.get(entry_id, pos)
-
-    def children(self, entry_id: str | None) -> list[Entry]:
-        """Entries whose parent is ``entry_id`` (None: the roots), in file order. O(entries),
-        reading back only the children."""
-        parents = self._rec.parents
-        return self._rec.whole([i for i in range(len(parents)) if parents[i] == entry_id])
