@@ -170,9 +170,8 @@ class BudgetTracker:
         With an :attr:`anchor`, the reported prompt of the latest reply plus the calibrated
         difference: the calibration is learned from spans of messages, and what every request
         carries besides them (system prompt, tool schemas as the server renders them) may count
-        quite differently on the server; the anchor holds it as the server counted it. (On the
-        real-model tier a compaction's "after" figure was 6.9% under the server's next count
-        without it.) Without one, the calibrated estimate of the whole request.
+        quite differently on the server; the anchor holds it as the server counted it. Without one,
+        the calibrated estimate of the whole request.
         """
         if self.anchor is not None:
             prompt, at = self.anchor

@@ -1,10 +1,9 @@
 """Relearning the token calibration of a reopened session from what its transcript recorded.
 
-Why it exists (issue 20 item 7): the :class:`~soba_notebook.tokens.Calibration` ratio, learned
-from the provider's reported prompt sizes, lived only in memory. A fresh kernel on the same
-session started from ratio 1.0, so wherever the budget is an estimate (right after a compaction,
-before the next reply reports usage) it showed another figure than the kernel that wrote the
-session: 2,572 tokens against 1,707 on the real-model tier.
+Why it exists: the :class:`~soba_notebook.tokens.Calibration` ratio, learned from the provider's
+reported prompt sizes, lives in memory. A fresh kernel on the same session would start from ratio
+1.0, so wherever the budget is an estimate (right after a compaction, before the next reply reports
+usage) it would show another figure than the kernel that wrote the session.
 
 Every sample the live agent fed the calibration is recoverable from the transcript: each
 assistant reply records the provider's usage and the context it answered (``contextKey``), and

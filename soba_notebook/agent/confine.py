@@ -2,8 +2,8 @@
 
 The file tools must stay inside the workspace and never touch soba's own state. Checking a path
 and then opening it by name is not enough: between the check and the open a component can be
-swapped for a symbolic link that points outside (a measured race let 19 of 3,000 reads return
-outside content). So this module never lets the kernel follow a link for us:
+swapped for a symbolic link that points outside, and a read then returns outside content. So
+this module never lets the kernel follow a link for us:
 
 * the walk starts from a descriptor of the workspace root and opens each directory with
   ``O_NOFOLLOW`` relative to the descriptor of its parent (``dir_fd``); the final file is opened

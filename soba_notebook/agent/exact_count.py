@@ -3,7 +3,7 @@
 llama.cpp's ``llama-server`` renders and tokenizes a chat request on demand (``/apply-template`` +
 ``/tokenize``: :meth:`~soba_notebook.providers.openai.OpenAIChatProvider.count_request_tokens`),
 two local requests and no generation. The agent asks for it where its figure has nothing to rest
-on (issue 22, "counts the server agrees with"):
+on:
 
 * **a session's first request**, before any reply reported usage: the count calibrates the token
   counter on a whole request and anchors the estimate (:attr:`BudgetTracker.anchor`);

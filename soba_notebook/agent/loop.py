@@ -216,7 +216,7 @@ class Agent:
         if self.counter.set_message_form(getattr(self.provider, "message_form", None)):
             self.engine.tracker.invalidate()
         system = self._sent_system(self.system_prompt(), self.tools.specs())
-        # a message like any other: its overhead counts (it was 3 tokens short)
+        # the system prompt is a message like any other: its per-message overhead counts too
         self.engine.base_tokens = (self.counter.count_text(system) + (MESSAGE_OVERHEAD if system else 0)
                                    + self.counter.count_tools(self._rendered_tools()))
 
@@ -256,7 +256,7 @@ class Agent:
                                     self._model_request(estimate=0), when="first_request")
 
     def _fit_summaries(self) -> None:
-        """Summary requests fit the summary provider's server, not only the config (issue 22)."""
+        """Summary requests fit the summary provider's server, not only the config."""
         if isinstance(self.engine.summarizer, ModelSummarizer):
             self.engine.summarizer.fit(summary_window(self.config.model.context_window,
                                                       known_window(self.summary_provider)))

@@ -5,7 +5,7 @@ templates render every message as sent, and the token calibration absorbs the to
 difference. Some do not, and no endpoint says so: llama-cpp-python's ``chatml-function-calling``
 format drops every tool result's content (``<|im_start|>tool`` and nothing after it) and
 HTML-escapes each ``"`` of a call's arguments as ``&#34;``. SOBA's figure for a request after a
-tool step then missed the server's by up to 40 tokens either way (issue 22's ≤ 2% measurement).
+tool step would then miss the server's either way.
 
 So each reply that follows another on the same model input is a measurement: the server's prompt
 grew by ``grown`` tokens over a span of appended messages whose tool-result content and argument

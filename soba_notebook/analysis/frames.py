@@ -356,7 +356,7 @@ def flight_records(path_or_session: SessionLike) -> pd.DataFrame:
     ``wasted_ms``, ``wasted_tokens`` (Int64); then any other field of the records in order of
     first appearance.
 
-    The summary of a compaction (issue 20 item 8): ``generated`` is true when a summary request
+    The summary of a compaction: ``generated`` is true when a summary request
     was made to the model; ``predicted_after`` is the continuation predicted before it (soft
     triggers), ``measured_after`` the one measured after it, ``summary_input_tokens`` /
     ``summary_output_tokens`` the request's estimated size. ``wasted_ms`` and ``wasted_tokens``

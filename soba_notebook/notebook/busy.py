@@ -1,6 +1,6 @@
 """The kernel stays "Busy" in JupyterLab for as long as a foreground cell waits on the agent.
 
-Why it exists (issue 20): Lab's status bar shows the state of the *last* ``status`` message on
+Why it exists: Lab's status bar shows the state of the *last* ``status`` message on
 iopub, whatever request it answers (only a few message types are left untracked by
 jupyter_server). While a foreground ``%soba`` turn or ``%compact`` runs, other requests are still
 answered on other threads: Lab's widget manager asks for a subshell (``create_subshell_request``,

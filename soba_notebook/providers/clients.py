@@ -41,11 +41,11 @@ class ReconnectOnce(httpx.AsyncBaseTransport):
     answered a single byte: the pooled connection the server had already closed, whose close
     reached this side only after the request was written.
 
-    llama-server closes its connection after a streamed reply, and the pool handed that connection
-    to the next request within milliseconds in 6 of 30 tries here: its ``/tokenize`` then failed
-    ("Server disconnected without sending a response"), which once left a compaction without the
-    server's count (fresh-clone CI of ``9d79e29``), and a chat request would cost a visible retry
-    with a back-off. The failed connection has left the pool, so the second send opens a new one.
+    llama-server closes its connection after a streamed reply, and the pool can hand that
+    connection to the next request before the close reaches this side: a ``/tokenize`` would then
+    fail ("Server disconnected without sending a response") and a chat request would cost a visible
+    retry with a back-off (docs/HISTORY.md). The failed connection has left the pool, so the second
+    send opens a new one.
     A second such failure is the caller's (its retries, its error); no other error is retried
     here, and a body that cannot be sent twice (a stream) is not.
     """

@@ -260,8 +260,8 @@ class OpenAIChatProvider(RemoteProvider):
         tokenizes on request (llama-server, llama-cpp-python); ``None`` elsewhere. A server that
         did not answer once is not asked again. Counted as the template puts it in the prompt:
         llama-cpp-python's ``chatml-function-calling`` template HTML-escapes every message's text
-        (a capsule's ``<context_capsule checkpoint="...">`` and its quotes cost about 45 tokens
-        more than its raw text, 2.6% of the next request in a CI run of issue 26)."""
+        (a capsule's ``<context_capsule checkpoint="...">`` and its quotes cost more tokens
+        escaped than raw)."""
         await self.prepare()
         if not self._probe or self.quirks.counts_text is False:
             return None

@@ -1,13 +1,12 @@
 """What a session store keeps of each entry: a small record, and the entry itself only for a while.
 
-Why it exists (issue 25 item 7): a store that kept every :class:`~.entries.Entry` of a long
-session grew by the whole transcript, turn after turn (+18 to +35 KiB of resident memory a turn
-in the soak). :class:`EntryRecords` keeps, for every entry, the few fields the tree, the leaf and
-a read back need (id, parent, type, role, the byte offset and length of its line, its line
-number: about 200 bytes), and whole entries only for the newest indexed or read back whose lines
-come to at most :data:`KEPT_BYTES` (16 MiB of lines: a session of up to about 20,000 typical entries
-is held whole, as before, so reading its whole path costs nothing; a longer one stops growing
-there), plus any entry someone else still holds (a weak reference: it stays the same object
+Why it exists: a store that kept every :class:`~.entries.Entry` of a long session would grow by the
+whole transcript, turn after turn. :class:`EntryRecords` keeps, for every entry, the few fields the
+tree, the leaf and a read back need (id, parent, type, role, the byte offset and length of its line,
+its line number: about 200 bytes), and whole entries only for the newest indexed or read back whose
+lines come to at most :data:`KEPT_BYTES` (16 MiB of lines: a session of up to about 20,000 typical
+entries is held whole, as before, so reading its whole path costs nothing; a longer one stops
+growing there), plus any entry someone else still holds (a weak reference: it stays the same object
 while the model input, or a caller's list, holds it). Any other entry is read back from its line
 when asked, checked to be the entry indexed there: a line changed in place (sessions are
 append-only) is a :class:`~soba_notebook.errors.SessionError` naming it, never a wrong entry.
