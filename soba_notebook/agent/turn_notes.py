@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..providers.base import Provider
+from ..providers.capabilities import CapableProvider
 from ..session.payloads import RetryPayload
 
 __all__ = ["canonical_arguments", "internal_error", "known_window", "retry_payload"]
@@ -30,9 +30,9 @@ def retry_payload(data: Mapping[str, Any]) -> RetryPayload:
                         reason=str(data.get("say") or detail or "the request failed"), detail=detail)
 
 
-def known_window(provider: Provider) -> int | None:
+def known_window(provider: CapableProvider) -> int | None:
     """The context the provider knows its server has (the configured one if it learned none)."""
-    window = getattr(provider, "effective_context_window", None)
+    window = provider.effective_context_window
     return window if isinstance(window, int) and window > 0 else None
 
 
