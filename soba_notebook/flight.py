@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import warnings
 from collections.abc import Mapping
@@ -22,7 +23,7 @@ from .scrub import Scrubber
 from .session.entries import now_iso
 from .statefiles import open_state_file
 
-__all__ = ["FORBIDDEN_FIELDS", "FlightRecorder", "read_flight_records"]
+__all__ = ["FORBIDDEN_FIELDS", "FlightRecorder", "read_flight_records", "snake_fields"]
 
 #: Fields that would leak what a capsule says; a record carrying one is refused.
 FORBIDDEN_FIELDS = frozenset({"summary", "state", "text", "content", "capsule", "rendered", "prompt"})
@@ -89,4 +90,24 @@ def read_flight_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             continue
         if isinstance(rec, dict):
             out.append(rec)
+    return out
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
+#: Names an older writer used for a field that now has another (read as the new one).
+_RENAMED = {"effective_tokens": "effective"}
+
+
+def snake_fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record``'s top-level fields under their snake_case names, the one spelling Python reads.
+
+    Records on disk spell some fields in camelCase (``sessionId``, ``hardLimit``) and, in older
+    files, some of the same fields in snake_case too; a reader converts each record here, once,
+    and where both spellings are present the first one that holds a value wins."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        name = _CAMEL.sub(r"_\1", str(key)).lower()
+        name = _RENAMED.get(name, name)
+        if out.get(name) is None:
+            out[name] = value
     return out

@@ -46,6 +46,7 @@ from ..providers.base import (
     ToolSpec,
     arguments_error,
 )
+from ..providers.capabilities import CapableProvider, capable
 from ..relearn import relearn_calibration
 from ..scrub import Scrubber
 from ..session.entries import (
@@ -137,7 +138,7 @@ class Agent:
                  tools: ToolRegistry | None = None, approver: Approver | None = None) -> None:
         self.store = store
         self.config = config
-        self.provider = provider
+        self.provider = capable(provider)  # every capability answered (providers/capabilities.py)
         self.bus = bus or EventBus()
         self.workspace = Path(workspace or config.tools.workspace).expanduser().resolve()
         check_workspace_root(self.workspace, allow_broad=config.tools.allow_broad_workspace,
@@ -148,13 +149,14 @@ class Agent:
         self.skills = SkillRegistry(self.workspace)
         self._restore_skills()
         self._scrubber = self._fresh_scrubber()
-        self.summary_provider = summary_provider or provider
+        # one provider serving both is completed, and closed, once
+        self.summary_provider = capable(summary_provider) if summary_provider not in (None, provider) else self.provider
         summarizer = ModelSummarizer(self._summary_complete, self.counter, context_window=config.model.context_window)
         summarizer.fit(config.model.context_window)
         self.engine = CompactionEngine(store, config, self.counter, bus=self.bus, summarizer=summarizer, flight=flight)
         self._exact = ExactCounts(self.engine.tracker, self.counter, flight)
         # a new capsule's text as the server tokenizes it, where it can (compaction/capsule_count.py)
-        self.engine.text_counts.count = getattr(provider, "count_text_tokens", None)
+        self.engine.text_counts.count = self.provider.count_text_tokens
         # the turn's secrets and the environment's as they are now (a %compact runs between turns)
         self.engine.scrub = lambda value: self._scrubber.merged(self._fresh_scrubber()).json(value)
         self.tool_context = ToolContext(
@@ -213,7 +215,7 @@ class Agent:
 
     def _refresh_base_tokens(self) -> None:
         # messages counted in the form the wire sends them (SOBA's JSON tool protocol: its text forms)
-        if self.counter.set_message_form(getattr(self.provider, "message_form", None)):
+        if self.counter.set_message_form(self.provider.message_form):
             self.engine.tracker.invalidate()
         system = self._sent_system(self.system_prompt(), self.tools.specs())
         # the system prompt is a message like any other: its per-message overhead counts too
@@ -223,15 +225,14 @@ class Agent:
     def _sent_system(self, system: str, tools: tuple[ToolSpec, ...]) -> str:
         """The system prompt as the provider sends it: with SOBA's own JSON tool protocol
         (providers/tool_protocol.py) it carries the tool definitions as text, counted there."""
-        sent = getattr(self.provider, "sent_system", None)
-        return sent(system, tools) if sent is not None else system
+        return self.provider.sent_system(system, tools)
 
     def _rendered_tools(self, tools: tuple[ToolSpec, ...] | None = None) -> tuple[ToolSpec, ...]:
         """The tool definitions the model's prompt holds (of ``tools``, default: the registry's):
         all of them, unless the provider learned that its server's chat template drops them
         (llama-server with a template without tool syntax). Those are still sent but never
         counted: the budget measures what the model reads."""
-        if getattr(self.provider, "renders_tools", True) is False:
+        if not self.provider.renders_tools:
             return ()
         return self.tools.specs() if tools is None else tools
 
@@ -246,13 +247,11 @@ class Agent:
             return
         self._provider_prepared = True
         for provider in {id(p): p for p in (self.provider, self.summary_provider)}.values():
-            prepare = getattr(provider, "prepare", None)
-            if prepare is not None:
-                await prepare()
+            await provider.prepare()
         self._fit_summaries()
         if not self.counter.calibration.samples(self.counter.model):
             self._refresh_base_tokens()
-            await self._exact.count(getattr(self.provider, "count_request_tokens", None),
+            await self._exact.count(self.provider.count_request_tokens,
                                     self._model_request(estimate=0), when="first_request")
 
     def _fit_summaries(self) -> None:
@@ -327,7 +326,7 @@ class Agent:
         if cancel.cancelled:
             return run.end("cancelled")
         if self._exact.after_compaction_due():  # the capsule no reply has counted: the server counts it
-            await self._exact.count(getattr(self.provider, "count_request_tokens", None),
+            await self._exact.count(self.provider.count_request_tokens,
                                     self._model_request(estimate=0), when="after_compaction")
         request = self._request()
         if run.retry_limit is not None:
@@ -482,7 +481,7 @@ class Agent:
                 and context_key == self.engine.tracker.context_key:  # a count of our own teaches nothing
             self.engine.tracker.observe_usage(estimated, response.usage.prompt_tokens)
             self._rendering.after_reply(self.engine.tracker, self._request_span, response.usage.prompt_tokens,
-                                        getattr(self.provider, "rendering_hint", None))
+                                        self.provider.rendering_hint)
         return self._append(assistant_message(
             response.text, response.tool_calls, usage=response.usage, model=response.model or request.model,
             provider=self.provider.name, stop_reason=response.stop_reason, thinking=response.thinking or None,
@@ -580,9 +579,7 @@ class Agent:
         summary provider: their HTTP clients. Call it on the loop that ran the requests."""
         others = [self.summary_provider] if self.summary_provider is not self.provider else []
         for provider in (self.provider, *others):
-            with_aclose = getattr(provider, "aclose", None)
-            if with_aclose is not None:
-                await with_aclose()
+            await provider.aclose()
 
     async def _summary_complete(self, call: SummaryCall) -> str:
         model = self.config.model.compaction_model or self.config.model.model
@@ -615,9 +612,9 @@ def retry_payload(data: Mapping[str, Any]) -> RetryPayload:
                         reason=str(data.get("say") or detail or "the request failed"), detail=detail)
 
 
-def known_window(provider: Provider) -> int | None:
+def known_window(provider: CapableProvider) -> int | None:
     """The context the provider knows its server has (the configured one if it learned none)."""
-    window = getattr(provider, "effective_context_window", None)
+    window = provider.effective_context_window
     return window if isinstance(window, int) and window > 0 else None
 
 

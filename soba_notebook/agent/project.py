@@ -138,4 +138,4 @@ def _agent_on(store: SessionStore, paths: ProjectPaths, config: SobaConfig, prov
     agent = Agent(store, config, provider, workspace=workspace, bus=bus,
                   flight=FlightRecorder(paths.flight, store.id), user_namespace=user_namespace,
                   summary_provider=summary_provider, tools=tools)
-    return AgentHandle(agent, paths, bool(getattr(provider, "offline", False)))
+    return AgentHandle(agent, paths, agent.provider.offline)

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from ..config import SobaConfig, load_config
+from ..flight import snake_fields
 from ..session.context import first_kept_index
 from ..session.entries import Entry
 from ..tokens import REPLY_PRIMING
@@ -67,22 +68,15 @@ def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _pick(record: Mapping[str, Any], *keys: str) -> Any:
-    for key in keys:
-        if record.get(key) is not None:
-            return record[key]
-    return None
-
-
 def _from_flight(records: Sequence[Mapping[str, Any]]) -> list[_Row]:
     """One row per inference from the barrier's records; a preflight compaction joins the row of
     the inference it ran before (its 'after' budget record becomes ``tokens_after``)."""
     rows: list[_Row] = []
     awaiting_after = False
-    for rec in records:
+    for rec in map(snake_fields, records):  # one spelling, whichever a file's records used
         kind = rec.get("kind")
         if kind == "budget":
-            effective = _int(_pick(rec, "effective", "effectiveTokens"))
+            effective = _int(rec.get("effective"))
             turn_inference = _int(rec.get("inference"))
             if awaiting_after and rows and rows[-1].turn_inference == turn_inference:
                 rows[-1].after = effective
@@ -91,27 +85,27 @@ def _from_flight(records: Sequence[Mapping[str, Any]]) -> list[_Row]:
             awaiting_after = False
             rows.append(_Row("inference", ts=rec.get("ts"), effective=effective, after=effective,
                              estimated=_int(rec.get("estimated")),
-                             hard=_int(_pick(rec, "hard_limit", "hardLimit")),
-                             soft=_int(_pick(rec, "soft_limit", "softLimit")),
-                             window=_int(_pick(rec, "context_window", "contextWindow")),
+                             hard=_int(rec.get("hard_limit")),
+                             soft=_int(rec.get("soft_limit")),
+                             window=_int(rec.get("context_window")),
                              source=rec.get("source"), origin="flight", turn_inference=turn_inference))
         elif kind == "compaction":
             trigger = rec.get("trigger")
             outcome = rec.get("outcome")
-            checkpoint = _pick(rec, "checkpoint_id", "checkpointId")
+            checkpoint = rec.get("checkpoint_id")
             if trigger in _PREFLIGHT and rows and rows[-1].trigger is None and rows[-1].origin == "flight":
                 row = rows[-1]
                 row.trigger, row.outcome, row.checkpoint = trigger, outcome, checkpoint
                 awaiting_after = outcome == "completed"
                 if awaiting_after:
-                    row.after = _int(_pick(rec, "tokens_after", "tokensAfter"))
+                    row.after = _int(rec.get("tokens_after"))
             else:  # %compact, overflow recovery: an event of its own between inferences
                 rows.append(_Row("compaction", ts=rec.get("ts"),
-                                 effective=_int(_pick(rec, "tokens_before", "tokensBefore")),
-                                 after=_int(_pick(rec, "tokens_after", "tokensAfter")),
-                                 hard=_int(_pick(rec, "hard_limit", "hardLimit")),
-                                 soft=_int(_pick(rec, "soft_limit", "softLimit")),
-                                 window=_int(_pick(rec, "context_window", "contextWindow")),
+                                 effective=_int(rec.get("tokens_before")),
+                                 after=_int(rec.get("tokens_after")),
+                                 hard=_int(rec.get("hard_limit")),
+                                 soft=_int(rec.get("soft_limit")),
+                                 window=_int(rec.get("context_window")),
                                  source=rec.get("source"), origin="flight", trigger=trigger, outcome=outcome,
                                  checkpoint=checkpoint))
                 awaiting_after = False

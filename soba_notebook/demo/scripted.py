@@ -38,6 +38,7 @@ from typing import ClassVar
 
 from ..errors import ContextOverflowError, ProviderError
 from ..providers.base import ModelRequest, ModelResponse, StreamEvent
+from ..providers.capabilities import ProviderCapabilities
 from ..session.entries import ToolCall, Usage
 from ..tokens import MESSAGE_OVERHEAD, TokenCounter
 from .scenario import MARKER, Step, decide
@@ -68,7 +69,7 @@ def _pieces(text: str, parts: int) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ScriptedModel:
+class ScriptedModel(ProviderCapabilities):
     """The offline model. Every knob defaults to a fast, well-behaved model.
 
     ``context_window``: when set, a request whose counted input exceeds it raises

@@ -385,7 +385,7 @@ class NotebookSession:
         smaller than ``model.contextWindow``, no usage in streams), each said once."""
         if self.handle is None:
             return
-        notes = list(getattr(self.handle.agent.provider, "warnings", ()))
+        notes = list(self.handle.agent.provider.warnings)
         fresh = notes[self._provider_notes_shown:]
         self._provider_notes_shown = len(notes)
         for text in fresh:
@@ -493,7 +493,7 @@ class NotebookSession:
             "last_compaction": dict(last) if last is not None else None,
             "skip_note": skip_text(CompactionSummary.from_event(skipped)) if skipped is not None else None,
             "last_turn": self.last_result.outcome if self.last_result else None,
-            "provider_notes": list(getattr(handle.agent.provider, "warnings", ())),
+            "provider_notes": list(handle.agent.provider.warnings),
             "approval": _approval_status(handle.agent),
         }
 

@@ -11,9 +11,10 @@
   is the idle timeout (no bytes for that long, ``model.idleTimeoutMs``), ``request_timeout`` the
   whole-request deadline (``model.requestTimeoutMs``) that covers every attempt, wait and byte of
   one :meth:`~RemoteProvider.complete`;
-* **what the server renders** — :attr:`RemoteProvider.renders_tools` and
-  :meth:`RemoteProvider.prepare`, which a wire that can ask its server overrides (the
-  OpenAI-compatible one asks llama-server's ``/props``);
+* **what the server renders and counts** — the capabilities of
+  :class:`~soba_notebook.providers.capabilities.ProviderCapabilities`, which a wire that can ask its
+  server overrides (the OpenAI-compatible one asks llama-server's ``/props``); every HTTP provider
+  has the two exact counts, answering ``None`` where its server cannot count;
 * **silent overflow** — a reply whose usage says the provider read more prompt tokens than the
   context window holds is raised as :class:`~soba_notebook.errors.ContextOverflowError` carrying
   that reply in its ``response`` field.
@@ -38,6 +39,7 @@ import httpx
 from soba_notebook.errors import AuthError, ContextOverflowError
 
 from .base import ModelRequest, ModelResponse, StreamEvent
+from .capabilities import ProviderCapabilities
 from .clients import ClientCache
 from .failures import ErrorContext
 from .retry import Deadline, RetryPolicy, stream_with_retries
@@ -63,7 +65,7 @@ class Exchange:
     deadline: Deadline | None
 
 
-class RemoteProvider:
+class RemoteProvider(ProviderCapabilities):
     """A :class:`~soba_notebook.providers.base.Provider` reached over HTTP (module docstring)."""
 
     name = ""
@@ -106,15 +108,6 @@ class RemoteProvider:
     def effective_context_window(self) -> int | None:
         """The window a reply's usage is checked against (a wire may know a smaller one)."""
         return self.context_window
-
-    @property
-    def renders_tools(self) -> bool:
-        """Whether the tool definitions reach the model's prompt (a wire that can learn otherwise
-        from its server overrides this); the agent leaves unrendered tools out of its estimate."""
-        return True
-
-    async def prepare(self) -> None:
-        """Learn what the server is before the first request is sized (nothing to learn here)."""
 
     async def count_request_tokens(self, request: ModelRequest) -> int | None:
         """The server's exact prompt count for ``request`` without generating, where the server
