@@ -12,6 +12,7 @@ checks the count against the real servers' own prompt counts.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,7 +27,7 @@ from soba_notebook.compaction.barrier import CompactionEngine
 from soba_notebook.compaction.capsule_count import CapsuleTextCounts
 from soba_notebook.compaction.outcome import CompactionOutcome
 from soba_notebook.providers.openai import OpenAIChatProvider
-from soba_notebook.session import SessionStore
+from soba_notebook.session import SessionStore, entries
 from soba_notebook.tokens import TokenCounter
 
 LONG = "The parser reads tokens from the lexer and builds a tree of nodes; each keeps its source span. " * 80
@@ -45,7 +46,17 @@ def _compacted(tmp_path: Path, server: FakeServer, count_route: Callable[[Mappin
                summary: str = SUMMARY, *, expect: str = "completed") -> tuple[Agent, CompactionOutcome, int]:
     """Two long turns, then ``%compact`` (the model answering ``summary``; its outcome ``expect``), on a
     llama-cpp-python-like server whose ``/extras/tokenize/count`` is ``count_route``; the agent, the
-    outcome and the budget after it."""
+    outcome and the budget after it. Every call draws the same entry ids: the capsule names the
+    entries it covers, and random hex ids tokenize to a varying length, so two sessions compared
+    within 2% must not differ by their ids."""
+    ids = itertools.count(1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(entries, "_urandom", lambda n: next(ids).to_bytes(n, "big"))
+        return _compacted_with_ids(server, count_route, summary, expect, tmp_path)
+
+
+def _compacted_with_ids(server: FakeServer, count_route: Callable[[Mapping[str, Any]], Any] | None, summary: str,
+                        expect: str, tmp_path: Path) -> tuple[Agent, CompactionOutcome, int]:
     if count_route is not None:
         server.post_routes["/extras/tokenize/count"] = count_route
     server.handler = lambda path, body: ({"text": summary} if is_summary_request(body)
