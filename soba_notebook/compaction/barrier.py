@@ -18,6 +18,10 @@ Only the thread that owns it changes it (``ownership.py``). The pipeline (DESIGN
 6. just before the append, check the cancel signal and the leaf: else ``cancelled`` / ``stale``, nothing written;
 7. emit ``compaction_end`` and write a flight record (never the summary text).
 
+Steps 2-3 are :meth:`CompactionEngine.prepare` and :meth:`~CompactionEngine.gate`, 4-5
+:meth:`~CompactionEngine.compact_step`, 6 :meth:`~CompactionEngine.append`: each takes and returns the
+operation's record (:class:`~.operation.Operation`), and step 7 is made from it.
+
 The hard limit is fail-closed: if effective input is over it and compaction cannot bring it under,
 :class:`~soba_notebook.errors.CompactionFailed` is raised and no request is sent.
 """
