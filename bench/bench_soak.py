@@ -37,7 +37,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +167,7 @@ def soak(directory: Path, turns: int, *, warmup: int = 100, config: Mapping[str,
     handle = open_agent(directory, provider=model, tools=tools)  # type: ignore[arg-type]
     agent = handle.agent
     if checkpoint_ids is not None:
-        agent.engine.new_checkpoint_id = checkpoint_ids
+        agent.engine.parts = replace(agent.engine.parts, checkpoint_ids=checkpoint_ids)  # an agent open_agent built
     result = SoakResult(warmup=warmup, hard_limit=loaded.hard_limit)
     alive_before = entries_alive()  # a test process may hold other sessions' entries
     try:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from soba_notebook.compaction import Capsule, CompactionEngine, SummaryRequest
+from soba_notebook.compaction import Capsule, CompactionEngine, EngineParts, SummaryRequest
 from soba_notebook.config import SobaConfig, load_config
 from soba_notebook.events import Event, EventBus
 from soba_notebook.flight import FlightRecorder
@@ -115,13 +115,13 @@ class Recorder:
 
 
 def make_engine(tmp: Path, config: SobaConfig, summarizer: Any = None, *, flight: bool = True,
-                clock: Callable[[], float] | None = None) -> tuple[SessionStore, CompactionEngine, Recorder]:
+                **parts: Any) -> tuple[SessionStore, CompactionEngine, Recorder]:
+    """An engine on a new store, its events recorded; ``parts``: more of its :class:`EngineParts`."""
     store = SessionStore.create(tmp / "sessions")
     bus = EventBus()
     rec = Recorder(bus)
-    engine = CompactionEngine(store, config, COUNTER, bus=bus, summarizer=summarizer,
-                              flight=FlightRecorder(tmp / "flight.jsonl", store.id) if flight else None,
-                              **({"clock": clock} if clock else {}))
+    engine = CompactionEngine(store, config, COUNTER, EngineParts(
+        bus, summarizer, flight=FlightRecorder(tmp / "flight.jsonl", store.id) if flight else None, **parts))
     return store, engine, rec
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from compaction_support import FakeSummarizer, capsules, fill, make_engine, small_config
 
-from soba_notebook.compaction import Capsule, TurnState, capsule_renders
+from soba_notebook.compaction import Capsule, Trigger, TurnState, capsule_renders
+from soba_notebook.compaction.operation import Operation
 
 #: a render: the capsule object's id, its checkpoint id and its quality
 Render = tuple[int, object, object]
@@ -59,16 +60,15 @@ def test_a_model_compaction_renders_each_distinct_capsule_once(tmp_path: Path, r
 
 
 def test_a_count_the_server_gives_after_a_render_still_sizes_the_capsule(tmp_path: Path) -> None:
-    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), FakeSummarizer())
-    fill(store, 14000)
-    capsule = Capsule(goal="parse the config", done=("read the parser",))
-    before = engine._rendered_tokens(capsule, "ok", "ck_0123456789")
-    text = engine._capsule_text(capsule, "ok", "ck_0123456789")
-
     async def server_count(t: str) -> int:
         return 3 * engine.counter.count_text(t)
 
-    engine.text_counts.count = server_count
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), FakeSummarizer(), count_text=server_count)
+    fill(store, 14000)
+    capsule = Capsule(goal="parse the config", done=("read the parser",))
+    op = Operation("op_test", Trigger.USER, engine.measure(), 0.0, checkpoint_id="ck_0123456789")
+    before = engine._rendered_tokens(op, capsule, "ok")
+    text = engine._capsule_text(op, capsule, "ok")
     asyncio.run(engine.text_counts.learn(text))
     # the same capsule, not rendered again, now carries the server's count
-    assert engine._rendered_tokens(capsule, "ok", "ck_0123456789") > before
+    assert engine._rendered_tokens(op, capsule, "ok") > before

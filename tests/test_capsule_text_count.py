@@ -222,7 +222,7 @@ def test_the_predictor_learns_a_model_capsules_size_by_the_servers_count_as_the_
         other, _, _ = _compacted(tmp_path / "plain", plain, None)
     finally:
         plain.stop()
-    (counted,), (uncounted,) = agent.engine.predictor.observed, other.engine.predictor.observed
+    (counted,), (uncounted,) = agent.engine.parts.predictor.observed, other.engine.parts.predictor.observed
     text = _capsule_text(agent)
     scale = agent.engine.text_counts.scale(text)
     assert scale > 1.5, "the fake tokenizer must count the capsule well above the local one"

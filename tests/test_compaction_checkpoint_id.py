@@ -41,8 +41,7 @@ def _hard_limit_preflight(tmp: Path, base_tokens: int, monkeypatch: pytest.Monke
     monkeypatch.setattr(entries, "_urandom", lambda n: next(counter).to_bytes(n, "big"))
     summarizer = FakeSummarizer(answer=lambda r: Capsule(goal=GOAL, done=("model summary",),
                                                          next_steps=("model next step",)))
-    store, engine, _ = make_engine(tmp, small_config(tmp), summarizer, flight=False)
-    engine.new_checkpoint_id = lambda: COSTLY_ID
+    store, engine, _ = make_engine(tmp, small_config(tmp), summarizer, flight=False, checkpoint_ids=lambda: COSTLY_ID)
     engine.base_tokens = base_tokens
     fill(store, 17500, size=1000)
     assert engine.measure().over_hard

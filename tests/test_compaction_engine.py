@@ -209,8 +209,8 @@ def test_milestone_intent_wins_and_is_consumed_once(tmp_path: Path) -> None:
 
 def test_at_most_one_soft_attempt_per_turn(tmp_path: Path) -> None:
     summ = FakeSummarizer(answer=_bloated)  # every soft attempt is skipped after generation
-    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), summ)
-    engine.predictor = None  # the turn rule alone: the first bloated capsule would teach it to ask no more
+    # the turn rule alone (no predictor): the first bloated capsule would teach it to ask no more
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), summ, predictor=None)
     fill(store, 14000)
     turn = TurnState()
     run(engine.preflight(turn))
@@ -456,8 +456,8 @@ def test_a_soft_attempt_consumes_every_pending_soft_intent(tmp_path: Path) -> No
 
 def test_intents_wait_for_the_next_turn_when_this_turn_already_made_its_soft_attempt(tmp_path: Path) -> None:
     summ = FakeSummarizer(answer=_bloated)
-    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), summ)
-    engine.predictor = None  # the turn rule alone: the first bloated capsule would teach it to ask no more
+    # the turn rule alone (no predictor): the first bloated capsule would teach it to ask no more
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), summ, predictor=None)
     fill(store, 14000)
     turn = TurnState()
     run(engine.preflight(turn))  # auto_threshold: the turn's one soft attempt

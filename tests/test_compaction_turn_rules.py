@@ -211,9 +211,8 @@ class _WaitsForProgress:
 
 def test_live_progress_advances_while_a_single_chunk_summary_is_generated(tmp_path: Path) -> None:
     summ = _WaitsForProgress()
-    store, engine, rec = make_engine(tmp_path, small_config(tmp_path, timeoutMs=3000), summ)
+    store, engine, rec = make_engine(tmp_path, small_config(tmp_path, timeoutMs=3000), summ, progress_interval=0.02)
     engine.bus.subscribe(summ.watch)
-    engine.progress_interval = 0.02
     fill(store, 14000)
     asyncio.run(engine.preflight(TurnState()))
     end = rec.of("compaction_end")[-1]
@@ -251,8 +250,8 @@ def test_a_soft_capsule_that_missed_the_roi_is_not_asked_for_again_until_enough_
     """Each soft attempt skipped after generation spent a summary request: a completed turn records
     the next ``turn_complete`` intent only once the context grew enough for a capsule to pass."""
     summ = FakeSummarizer(answer=_mid_sized)
-    store, engine, rec = make_engine(tmp_path, small_config(tmp_path), summ)  # soft limit 13,600
-    engine.predictor = None  # the growth rule alone (with the prediction: tests/test_predicted_savings.py)
+    # soft limit 13,600; the growth rule alone, no predictor (with it: tests/test_predicted_savings.py)
+    store, engine, rec = make_engine(tmp_path, small_config(tmp_path), summ, predictor=None)
     fill(store, 9000)
     assert engine.record_turn_complete()
     asyncio.run(engine.preflight(TurnState()))

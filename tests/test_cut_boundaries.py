@@ -11,7 +11,7 @@ from compaction_support import FakeSummarizer, make_engine, small_config, text_o
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from soba_notebook.compaction import CompactionEngine, Trigger
+from soba_notebook.compaction import CompactionEngine, EngineParts, Trigger
 from soba_notebook.compaction.planner import find_cut_point, valid_boundaries
 from soba_notebook.session import SessionStore, ToolCall, assistant_message, tool_result, user_message
 from soba_notebook.session.context import build_context, pair_problems
@@ -86,7 +86,7 @@ def test_user_message_from_another_kernel_between_call_and_result_is_not_a_cut(t
     store = SessionStore.open(store.file)
     store.append(tool_result("big", "read_file", text_of(6000)))
     store.append(assistant_message("read it. " + text_of(1000)))
-    engine = CompactionEngine(store, engine.config, engine.counter, summarizer=FakeSummarizer())
+    engine = CompactionEngine(store, engine.config, engine.counter, EngineParts(summarizer=FakeSummarizer()))
     outcome = asyncio.run(engine.compact(Trigger.USER))
     ctx = build_context(SessionStore.open(store.file).path())
     assert pair_problems(ctx.messages) == []

@@ -13,7 +13,7 @@ from compaction_support import FakeSummarizer, capsules, fill, make_engine, smal
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 
 from soba_notebook.agent.tools import ToolContext, default_tools
-from soba_notebook.compaction import Capsule, TurnState
+from soba_notebook.compaction import Capsule, EngineParts, TurnState
 from soba_notebook.flight import FlightRecorder
 from soba_notebook.providers.failures import redact
 
@@ -71,10 +71,10 @@ def test_a_capsule_passes_the_scrubber_once_as_it_is_appended_and_keeps_no_secre
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_SERVICE_TOKEN", LATE)
     summary = Capsule(goal=f"deploy with {LATE}", next_steps=(f"rotate {LATE}",))
-    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), FakeSummarizer(answer=lambda _: summary))
     scrubbed: list[Any] = []
-    default = engine.scrub
-    engine.scrub = lambda value: scrubbed.append(value) or default(value)
+    default = EngineParts().scrub
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), FakeSummarizer(answer=lambda _: summary),
+                                   scrub=lambda value: scrubbed.append(value) or default(value))
     fill(store, 14000)
     asyncio.run(engine.preflight(TurnState()))
     (cap,) = capsules(store)

@@ -143,9 +143,8 @@ def test_the_entry_constructors_write_the_declared_shapes() -> None:
 @pytest.mark.parametrize("with_kernel_state", [False, True])
 def test_a_real_compaction_writes_a_capsule_entry_and_events_of_the_declared_shapes(
         tmp_path: Path, with_kernel_state: bool) -> None:
-    store, engine, rec = make_engine(tmp_path, small_config(tmp_path), FakeSummarizer())
-    if with_kernel_state:
-        engine.kernel_state = lambda: ["df: DataFrame (3, 2)"]
+    store, engine, rec = make_engine(tmp_path, small_config(tmp_path), FakeSummarizer(),
+                                     kernel_state=(lambda: ["df: DataFrame (3, 2)"]) if with_kernel_state else None)
     fill(store, 14000)
     asyncio.run(engine.preflight(TurnState()))
     (cap,) = capsules(store)

@@ -111,7 +111,7 @@ def test_a_thrown_away_model_capsule_teaches_the_prediction_not_to_request_it_ag
     fill(store, 14000)  # over the soft limit: auto_threshold every turn
     asyncio.run(engine.preflight(TurnState()))
     assert len(summ.calls) == 1 and "measured reclaimed" in rec.of("compaction_end")[-1]["reason"]
-    assert engine.predictor is not None and engine.predictor.factor > 5 * DEFAULT_FACTOR
+    assert engine.parts.predictor is not None and engine.parts.predictor.factor > 5 * DEFAULT_FACTOR
     asyncio.run(engine.preflight(TurnState()))  # the next turn: the same size, the same model
     assert len(summ.calls) == 1, "the summary that was just thrown away is not requested again"
     assert rec.of("compaction_end")[-1]["reason"].startswith("predicted reclaimed")
@@ -119,8 +119,7 @@ def test_a_thrown_away_model_capsule_teaches_the_prediction_not_to_request_it_ag
 
 def test_with_the_prediction_switched_off_only_the_seed_gate_stands_before_generation(tmp_path: Path) -> None:
     summ = FakeSummarizer()
-    store, engine, rec = make_engine(tmp_path, small_config(tmp_path), summ)
-    engine.predictor = None
+    store, engine, rec = make_engine(tmp_path, small_config(tmp_path), summ, predictor=None)
     _long_tail(store)
     engine.record_turn_complete()
     asyncio.run(engine.preflight(TurnState()))
@@ -177,8 +176,8 @@ def test_a_completed_compaction_and_an_older_record_waste_nothing_and_nothing_kn
     store, engine, _ = make_engine(tmp_path, small_config(tmp_path), FakeSummarizer())
     fill(store, 14000)
     asyncio.run(engine.compact(Trigger.USER))
-    assert engine.flight is not None
-    engine.flight.record("compaction", {"outcome": "skipped", "trigger": "turn_complete", "duration_ms": 90_000})
+    assert engine.parts.flight is not None
+    engine.parts.flight.record("compaction", {"outcome": "skipped", "trigger": "turn_complete", "duration_ms": 90_000})
     comp = views.flight_records(tmp_path / "flight.jsonl")
     comp = comp[comp["kind"] == "compaction"]
     assert comp["wasted_ms"].iloc[0] == 0, "a summary that was appended was not thrown away"

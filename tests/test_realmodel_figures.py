@@ -22,6 +22,7 @@ is the tier's idle wait; nothing is timed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -188,7 +189,7 @@ def test_a_soft_summary_is_thrown_away_only_when_the_prediction_was_optimistic_a
     handle = open_agent(project)
     agent = handle.agent
     if not predict:
-        agent.engine.predictor = None
+        agent.engine.parts = dataclasses.replace(agent.engine.parts, predictor=None)  # an agent open_agent built
 
     async def scenario() -> None:
         try:

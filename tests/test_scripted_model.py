@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from soba_notebook.agent.tools import ToolContext, default_tools
-from soba_notebook.compaction import CompactionEngine, ModelSummarizer, TurnState
+from soba_notebook.compaction import CompactionEngine, EngineParts, ModelSummarizer, TurnState
 from soba_notebook.compaction.capsule import Capsule, Decision, EntryRange, render
 from soba_notebook.compaction.extract import deterministic_capsule
 from soba_notebook.compaction.summarize import (
@@ -564,9 +564,9 @@ def test_with_a_small_window_compaction_runs_repeatedly_and_every_task_still_fin
     bus = EventBus()
     ends: list[dict[str, Any]] = []
     bus.subscribe(lambda e: ends.append(dict(e.data)) if e.type == "compaction_end" else None)
-    engine = CompactionEngine(store, config, COUNTER, bus=bus,
-                              summarizer=ModelSummarizer(summarize, COUNTER, context_window=16000,
-                                                         max_output_tokens=1000),
+    engine = CompactionEngine(store, config, COUNTER,
+                              EngineParts(bus, ModelSummarizer(summarize, COUNTER, context_window=16000,
+                                                               max_output_tokens=1000)),
                               base_tokens=COUNTER.count_text(SYSTEM) + 3 + COUNTER.count_tools(SPECS))
     workspace = tmp_path / "ws"
     workspace.mkdir()

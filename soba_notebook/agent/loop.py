@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from ..cancel import CancelToken, abandon
-from ..compaction import CompactionEngine, CompactionOutcome, ModelSummarizer, Trigger, TurnState
+from ..compaction import CompactionEngine, CompactionOutcome, EngineParts, ModelSummarizer, Trigger, TurnState
+from ..compaction.kernel_section import KernelStateProvider
 from ..compaction.overflow import overflow_figures, request_tokens, retry_budget, retry_refusal
 from ..compaction.summarize import SummaryCall, capsule_schema
 from ..compaction.summary_budget import summary_window
@@ -135,7 +136,8 @@ class Agent:
                  workspace: str | os.PathLike[str] | None = None, bus: EventBus | None = None,
                  flight: FlightRecorder | None = None, user_namespace: dict[str, Any] | None = None,
                  summary_provider: Provider | None = None, counter: TokenCounter | None = None,
-                 tools: ToolRegistry | None = None, approver: Approver | None = None) -> None:
+                 tools: ToolRegistry | None = None, approver: Approver | None = None,
+                 kernel_state: KernelStateProvider | None = None) -> None:
         self.store = store
         self.config = config
         self.provider = capable(provider)  # every capability answered (providers/capabilities.py)
@@ -153,12 +155,11 @@ class Agent:
         self.summary_provider = capable(summary_provider) if summary_provider not in (None, provider) else self.provider
         summarizer = ModelSummarizer(self._summary_complete, self.counter, context_window=config.model.context_window)
         summarizer.fit(config.model.context_window)
-        self.engine = CompactionEngine(store, config, self.counter, bus=self.bus, summarizer=summarizer, flight=flight)
+        self.engine = CompactionEngine(store, config, self.counter, EngineParts(
+            self.bus, summarizer, flight=flight, kernel_state=kernel_state,
+            count_text=self.provider.count_text_tokens,  # a capsule's text as the server counts it
+            scrub=lambda v: self._scrubber.merged(self._fresh_scrubber()).json(v)))  # the turn's secrets and now's
         self._exact = ExactCounts(self.engine.tracker, self.counter, flight)
-        # a new capsule's text as the server tokenizes it, where it can (compaction/capsule_count.py)
-        self.engine.text_counts.count = self.provider.count_text_tokens
-        # the turn's secrets and the environment's as they are now (a %compact runs between turns)
-        self.engine.scrub = lambda value: self._scrubber.merged(self._fresh_scrubber()).json(value)
         self.tool_context = ToolContext(
             self.workspace, config.tools, store=store, user_namespace=user_namespace,
             record_intent=lambda kind, note: self.engine.record_intent(kind, note),
@@ -256,9 +257,8 @@ class Agent:
 
     def _fit_summaries(self) -> None:
         """Summary requests fit the summary provider's server, not only the config."""
-        if isinstance(self.engine.summarizer, ModelSummarizer):
-            self.engine.summarizer.fit(summary_window(self.config.model.context_window,
-                                                      known_window(self.summary_provider)))
+        if isinstance(summarizer := self.engine.parts.summarizer, ModelSummarizer):
+            summarizer.fit(summary_window(self.config.model.context_window, known_window(self.summary_provider)))
 
     def set_config(self, config: SobaConfig) -> None:
         """Apply a changed config (``%auto_compact off``) and record the change in the transcript."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..compaction.kernel_section import KernelStateProvider
 from ..config import SobaConfig, load_config
 from ..errors import SessionError
 from ..events import EventBus
@@ -82,7 +83,8 @@ def open_agent(project_dir: str | os.PathLike[str] | None = None, *, config: Sob
                overrides: Mapping[str, Any] | None = None, session: str | os.PathLike[str] | None = None,
                new: bool = False, provider: Provider | None = None, bus: EventBus | None = None,
                user_namespace: dict[str, Any] | None = None, tools: ToolRegistry | None = None,
-               take_over: bool = False, holder: Mapping[str, str | None] | None = None) -> AgentHandle:
+               take_over: bool = False, holder: Mapping[str, str | None] | None = None,
+               kernel_state: KernelStateProvider | None = None) -> AgentHandle:
     """An agent on the newest session of the project (or ``session``, or a new one).
 
     The agent holds the session's writer lease: a session another live process writes raises
@@ -111,7 +113,7 @@ def open_agent(project_dir: str | os.PathLike[str] | None = None, *, config: Sob
         store = SessionStore.create(paths.sessions, cwd=str(paths.root))
     lease = store.claim(take_over=take_over, meta=dict(holder or {}))
     try:
-        handle = _agent_on(store, paths, config, provider, bus, user_namespace, tools)
+        handle = _agent_on(store, paths, config, provider, bus, tools, _KernelSide(user_namespace, kernel_state))
         # The lease is ours: no result can be appended by the writer before us any more.
         if lease.previous is not None:
             handle.agent.close_open_calls(f"not finished: the session was taken over from "
@@ -125,9 +127,16 @@ def open_agent(project_dir: str | os.PathLike[str] | None = None, *, config: Sob
     return handle
 
 
+@dataclass(frozen=True, slots=True)
+class _KernelSide:
+    """What only a kernel gives an agent: its namespace and the variables every capsule lists."""
+
+    user_namespace: dict[str, Any] | None = None
+    kernel_state: KernelStateProvider | None = None
+
+
 def _agent_on(store: SessionStore, paths: ProjectPaths, config: SobaConfig, provider: Provider | None,
-              bus: EventBus | None, user_namespace: dict[str, Any] | None, tools: ToolRegistry | None
-              ) -> AgentHandle:
+              bus: EventBus | None, tools: ToolRegistry | None, kernel: _KernelSide) -> AgentHandle:
     provider = provider or make_provider(_model_block(config))
     summary_provider = None
     if config.model.compaction_model and config.model.provider != "scripted":
@@ -136,6 +145,6 @@ def _agent_on(store: SessionStore, paths: ProjectPaths, config: SobaConfig, prov
     if not workspace.is_absolute():
         workspace = paths.root / workspace
     agent = Agent(store, config, provider, workspace=workspace, bus=bus,
-                  flight=FlightRecorder(paths.flight, store.id), user_namespace=user_namespace,
-                  summary_provider=summary_provider, tools=tools)
+                  flight=FlightRecorder(paths.flight, store.id), user_namespace=kernel.user_namespace,
+                  summary_provider=summary_provider, tools=tools, kernel_state=kernel.kernel_state)
     return AgentHandle(agent, paths, agent.provider.offline)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..compaction.barrier import CompactionEngine
+from ..compaction.operation import EngineParts
 from ..compaction.triggers import Trigger, TurnState
 from ..config import SobaConfig, load_config
 from ..errors import CompactionFailed
@@ -162,8 +163,8 @@ def synthetic_session(directory: str | Path, *, turns: int = 14, seed: int = 0,
     store = SessionStore.create(root / ".soba" / "sessions", cwd=str(root), clock=clock,
                                 session_id=f"demo-{seed}")
     counter = TokenCounter(cfg.model.model)
-    engine = CompactionEngine(store, cfg, counter, base_tokens=600,
-                              flight=FlightRecorder(root / ".soba" / "flight.jsonl", store.id))
+    flight = FlightRecorder(root / ".soba" / "flight.jsonl", store.id)
+    engine = CompactionEngine(store, cfg, counter, EngineParts(flight=flight), base_tokens=600)
     run_blocking(lambda: asyncio.run(_write_synthetic(store, engine, rng, turns)))
     return store.file
 

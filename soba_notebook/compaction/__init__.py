@@ -6,6 +6,7 @@ Headless: nothing here knows a notebook, a widget or a provider (seed sections 2
 from .barrier import OUTCOMES, CompactionEngine, CompactionOutcome
 from .capsule import Capsule, Decision, EntryRange, Verification, render, roll
 from .capsule_entry import capsule_message, capsule_of
+from .operation import EngineParts
 from .planner import CompactionPlan, context_slice, find_cut_point
 from .summarize import ModelSummarizer, Summarizer, SummaryRequest
 from .triggers import Intent, IntentQueue, Trigger, TurnState, choose_trigger, post_generation_roi, pre_generation_roi
@@ -17,6 +18,7 @@ __all__ = [
     "CompactionOutcome",
     "CompactionPlan",
     "Decision",
+    "EngineParts",
     "EntryRange",
     "Intent",
     "IntentQueue",

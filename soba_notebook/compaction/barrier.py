@@ -18,6 +18,10 @@ Only the thread that owns it changes it (``ownership.py``). The pipeline (DESIGN
 6. just before the append, check the cancel signal and the leaf: else ``cancelled`` / ``stale``, nothing written;
 7. emit ``compaction_end`` and write a flight record (never the summary text).
 
+Steps 2-3 are :meth:`CompactionEngine.prepare` and :meth:`~CompactionEngine.gate`, 4-5
+:meth:`~CompactionEngine.compact_step`, 6 :meth:`~CompactionEngine.append`: each takes and returns the
+operation's record (:class:`~.operation.Operation`), and step 7 is made from it.
+
 The hard limit is fail-closed: if effective input is over it and compaction cannot bring it under,
 :class:`~soba_notebook.errors.CompactionFailed` is raised and no request is sent.
 """
@@ -27,9 +31,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets
-import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -38,18 +39,12 @@ from ..cancel import CancelToken, abandon
 from ..config import SobaConfig
 from ..errors import CompactionFailed, StaleLeafError, TurnCancelled
 from ..events import EventBus
-from ..flight import FlightRecorder
 from ..ownership import Owner
-from ..scrub import Scrubber
 from ..session.entries import Entry
 from ..session.model_input import ModelInputBuilder
 from ..session.payloads import (
-    CapsuleData,
     CompactionEndPayload,
     CompactionProgressPayload,
-    CompactionStartPayload,
-    KernelStateData,
-    Outcome,
     Quality,
     capsule_data,
 )
@@ -62,13 +57,14 @@ from .capsule_fit import capsule_reserve, fit_capsule, tail_room
 from .capsule_renders import CapsuleRenders
 from .extract import deterministic_capsule
 from .grounding import ground_plan_summary
-from .kernel_section import KernelStateProvider, kernel_state_field
+from .kernel_section import kernel_state_field
+from .operation import Candidate, EngineParts, Operation, random_operation_id
 from .outcome import OUTCOMES, CompactionOutcome
 from .planner import CompactionPlan
-from .predict import SavingsPredictor, SummaryAttempt
+from .predict import SummaryAttempt
 from .progress import Phase, wait_with_progress
 from .snapshot import BudgetSnapshot, SnapshotBox, compaction_of_capsule
-from .summarize import Summarizer, SummaryRequest, summary_input_tokens
+from .summarize import SummaryRequest, summary_input_tokens
 from .tail_cut import shrink_tails, tail_cut_point
 from .triggers import (
     EXEMPT_FROM_SOFT_ROI,
@@ -87,19 +83,22 @@ from .triggers import (
 
 __all__ = ["OUTCOMES", "CompactionEngine", "CompactionOutcome"]
 
+#: the checkpoint id the predictor's capsules are rendered with: the shape of a real one
+PLACEHOLDER_CHECKPOINT_ID = "ck_0000000000"
+
 class CompactionEngine:
     """Compaction for one session store. Not thread-safe: its changes run on :attr:`owner`'s thread."""
 
-    def __init__(self, store: SessionStore, config: SobaConfig, counter: TokenCounter, *,
-                 bus: EventBus | None = None, summarizer: Summarizer | None = None, base_tokens: int = 0,
-                 flight: FlightRecorder | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, store: SessionStore, config: SobaConfig, counter: TokenCounter,
+                 parts: EngineParts | None = None, *, base_tokens: int = 0) -> None:
         self.store, self.config, self.counter = store, config, counter
-        self.bus = bus or EventBus()
-        self.summarizer, self.flight, self.clock = summarizer, flight, clock
+        #: what it is built with: summarizer, predictor, checkpoint ids, scrubber, flight... (operation.py)
+        self.parts = parts = parts or EngineParts()
+        self.bus = parts.bus
         self.intents = IntentQueue()
         self.owner = Owner()  # the thread that may change this engine and its agent (ownership.py)
         self._capsule_cost: dict[str, int] = {}
-        self.text_counts = CapsuleTextCounts(counter)  # the server's count of a new capsule (agent sets .count)
+        self.text_counts = CapsuleTextCounts(counter, parts.count_text)  # the server's count of a new capsule
         self._capsule_msg: tuple[str | None, dict[str, Any]] | None = None
         #: the model input of the leaf, maintained as entries are appended (never a whole-path walk)
         self.inputs = ModelInputBuilder(store, count=lambda e: self.counter.count_entry(e))
@@ -113,25 +112,10 @@ class CompactionEngine:
         capsule = self.inputs.capsule  # a reopened session's last compaction is the capsule in force
         self._last_done: CompactionEndPayload | None = compaction_of_capsule(capsule) if capsule else None
         self._last_skip: CompactionEndPayload | None = None
-        #: a new capsule's checkpoint id; its text is part of what is measured, so a replay numbers them
-        self.new_checkpoint_id: Callable[[], str] = lambda: "ck_" + secrets.token_hex(5)
-        #: seconds between progress updates while a summary is generated
-        self.progress_interval = 0.25
-        #: the transcript's secret scrubber (JSON value -> JSON value), applied once to a capsule entry's data as
-        #: it is appended (and to a handoff capsule as it is returned); the agent sets its own, by default the
-        #: environment's secrets as they are at that moment
-        self.scrub: Callable[[Any], Any] = lambda value: Scrubber.from_environ().json(value)
-        #: the kernel's variables for the capsule's kernel-state section (set by the notebook layer)
-        self.kernel_state: KernelStateProvider | None = None
-        self._kernel_now: KernelStateData = {}
         self._renders = CapsuleRenders()  # a compaction renders each capsule it measures once
         #: after a soft capsule missed the post-generation ROI: (context key, effective tokens) below
         #: which a completed turn records no new ``turn_complete`` intent (see growth_before_soft_retry)
         self._soft_retry_at: tuple[str, int] | None = None
-        #: the prediction's learned model-capsule factor (``None``: only the seed's pre-generation gate)
-        self.predictor: SavingsPredictor | None = SavingsPredictor()
-        #: operation id -> what its summary was predicted, requested and measured at (for _finish)
-        self._attempts: dict[str, SummaryAttempt] = {}
 
     # -- configuration -----------------------------------------------------------------------
     @property
@@ -252,8 +236,8 @@ class CompactionEngine:
                 f"the next request needs {after.effective} tokens, over the hard limit {after.hard_limit}, and "
                 f"compaction ({outcome.outcome}: {outcome.reason or 'no reason given'}) could not bring it under; "
                 f"nothing was sent")
-        if outcome.outcome == "completed" and self.flight is not None:  # published when it ended
-            self.flight.record("budget", {"inference": turn.inferences, **after.to_event()})
+        if outcome.outcome == "completed" and self.parts.flight is not None:  # published when it ended
+            self.parts.flight.record("budget", {"inference": turn.inferences, **after.to_event()})
         return after
 
     async def compact(self, trigger: Trigger | str = Trigger.USER, *, instructions: str | None = None,
@@ -275,7 +259,7 @@ class CompactionEngine:
                     f"{keep:,} kept verbatim (keepRecentTokens)")
         previous = capsule_of(capsule_entry) if capsule_entry is not None else None
         return CompactionPlan(
-            operation_id="op_" + secrets.token_hex(6), trigger=trigger_name(trigger), leaf_id=self.store.leaf_id,
+            operation_id=random_operation_id(), trigger=trigger_name(trigger), leaf_id=self.store.leaf_id,
             tokens_before=check.effective, source=check.source, hard_limit=check.hard_limit,
             soft_limit=check.soft_limit, keep_recent_tokens=keep, summarize=tuple(entries[:cut]),
             first_kept_entry_id=entries[cut].id if cut < len(entries) else None,
@@ -292,7 +276,7 @@ class CompactionEngine:
         entries, capsule_entry = self.inputs.context_slice()
         check = self.measure()
         plan = CompactionPlan(
-            operation_id="op_" + secrets.token_hex(6), trigger="handoff", leaf_id=self.store.leaf_id,
+            operation_id=random_operation_id(), trigger="handoff", leaf_id=self.store.leaf_id,
             tokens_before=check.effective, source=check.source, hard_limit=check.hard_limit,
             soft_limit=check.soft_limit, keep_recent_tokens=0, summarize=tuple(entries), first_kept_entry_id=None,
             kept_tokens=0, summarized_tokens=sum(self.counter.count_entry(e) for e in entries),
@@ -305,206 +289,199 @@ class CompactionEngine:
         if cancel.cancelled:
             raise TurnCancelled(f"{cancel.reason or 'cancelled'}; the summary request was aborted and nothing "
                                 f"was written")
-        return Capsule.from_json(self.scrub(capsule.to_json()), where="scrubbed capsule"), quality, self.scrub(note)
+        scrub = self.parts.scrub
+        return Capsule.from_json(scrub(capsule.to_json()), where="scrubbed capsule"), quality, scrub(note)
 
     async def run(self, trigger: Trigger, *, cancel: CancelToken | None = None, check: BudgetCheck | None = None,
                   instructions: str | None = None) -> CompactionOutcome:
+        """One compaction to its terminal outcome: prepare, gate, compact, append, each taking and returning the
+        operation's record (:class:`~.operation.Operation`); what is reported is made from the record."""
         cancel = cancel or CancelToken()
-        check = check or self.measure()
-        started = self.clock()
-        self._kernel_now = kernel_state_field(self.kernel_state)
-        planned = self.plan(trigger, check, instructions=instructions)
-        if isinstance(planned, str):
-            # nothing to plan: still a terminal outcome, visible and recorded
-            op = "op_" + secrets.token_hex(6)
-            self.bus.emit("compaction_start", **CompactionStartPayload(
-                operation_id=op, trigger=trigger_name(trigger), tokens_before=check.effective,
-                hard_limit=check.hard_limit, soft_limit=check.soft_limit, source=check.source))
-            return self._finish(op, trigger, "skipped", planned, check, None, started, before_generation=True)
-        plan = planned
-        # in the capsule's text, so every measure renders it (a placeholder was up to 6 tokens short)
-        checkpoint_id = self.new_checkpoint_id()
-        self.bus.emit("compaction_start", **plan.to_event())
-        progress = Phase(self.bus, plan.operation_id)
+        op = self.prepare(trigger, check or self.measure(), instructions=instructions)
+        self.bus.emit("compaction_start", **op.start_event())
+        if op.plan is None:  # nothing to plan: still a terminal outcome, visible and recorded
+            return self._finish(op)
+        progress = Phase(self.bus, op.operation_id)
         progress("plan", 5)
         try:
-            raw = deterministic_capsule(list(plan.summarize), plan.previous_capsule, plan.previous_checkpoint_id)
-            local, baseline = self._fitted(plan, checkpoint_id, raw), self._baseline(plan, raw)
-            if trigger in SOFT and (skipped := self._soft_gate(plan, trigger, check, baseline or local, started,
-                                                                checkpoint_id)) is not None:
-                return skipped
-            self._requesting(plan)
-            generated, quality, note, ungrounded = await self._generate(plan, cancel, progress, local=local)
-            capsule = self._fitted(plan, checkpoint_id, generated, quality)
-            if quality != "degraded":  # a fallback's server may still be busy with the abandoned summary
-                await self.text_counts.learn(self._capsule_text(capsule, quality, checkpoint_id))
-            if cancel.cancelled:
-                return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
-            progress("measure", 85)
-            after = self._measure_after(plan, capsule, quality, checkpoint_id)
-            self._observe(plan, baseline, (generated, capsule), quality, (after, checkpoint_id))
-            if trigger not in EXEMPT_FROM_SOFT_ROI:
-                missed = self._missed_soft_roi(plan, check, after)
-                if missed is not None:
-                    return self._finish(plan.operation_id, trigger, "skipped", missed, check, None, started,
-                                        tokens_after=after, quality=quality, ungrounded=ungrounded)
-            elif trigger not in MANDATORY and after >= plan.tokens_before:
-                # exempt from the ROI gate, not from growth: the local capsule replaces it when smaller
-                smaller = await self._smaller_than_before(plan, after, checkpoint_id, idle=quality != "degraded")
-                if smaller is None:
-                    return self._finish(
-                        plan.operation_id, trigger, "skipped",
-                        f"a capsule would not make the context smaller ({plan.tokens_before:,} → {after:,} "
-                        f"tokens); nothing appended", check, None, started, tokens_after=after, quality=quality,
-                        ungrounded=ungrounded)
-                capsule, quality, note, after = smaller
-                ungrounded = 0  # the model's capsule, grounded or not, is not what is appended
-            if trigger in MANDATORY and after > plan.hard_limit:
-                # the capsule came out too large: keep less verbatim, then a smaller local capsule
-                retry = self._shrink(plan, check, checkpoint_id)
-                if retry is None:
-                    return self._finish(plan.operation_id, trigger, "failed",
-                                        f"capsule plus retained tail need {after} tokens, over the hard limit "
-                                        f"{plan.hard_limit}", check, None, started, tokens_after=after)
-                plan, capsule, quality, note = retry
-                ungrounded = 0
-                after = self._measure_after(plan, capsule, quality, checkpoint_id)
-            return self._append(plan, trigger, capsule, quality, note, (after, checkpoint_id), ungrounded, check,
-                                cancel, started, progress)
+            op = self.gate(op)
+            if op.outcome is None:
+                op = self._requesting(op)
+                op = await self.compact_step(op, cancel, progress)
+            if op.outcome is None:
+                op = self.append(op, cancel, progress)
+            return self._finish(op)
         except asyncio.CancelledError:
-            self._finish(plan.operation_id, trigger, "cancelled", "the turn was cancelled", check, None, started)
+            self._finish(op.ended("cancelled", "the turn was cancelled"))
             raise
         except Exception as exc:  # a bug: the session goes on (nothing appended), the bug is named and logged
-            logging.getLogger(__name__).exception("compaction %s failed with an internal error", plan.operation_id)
-            return self._finish(plan.operation_id, trigger, "failed",
-                                f"internal error: {type(exc).__name__}: {exc}; nothing was appended", check, None,
-                                started)
+            logging.getLogger(__name__).exception("compaction %s failed with an internal error", op.operation_id)
+            return self._finish(op.ended("failed", f"internal error: {type(exc).__name__}: {exc}; nothing was "
+                                                   f"appended"))
 
-    # -- the summary: predicted before, accounted for after --------------------------------
-    def _baseline(self, plan: CompactionPlan, raw: Capsule) -> Capsule | None:
-        """What the prediction scales when a model writes the capsule: the plan's deterministic one (``raw``)
-        grounded and rolled like a model's answer, not fitted (the factor measures the model); else ``None``."""
-        model = self.summarizer is not None and self.predictor is not None
-        return ground_plan_summary(plan, raw, raw).capsule if model else None
+    # -- the steps ---------------------------------------------------------------------------
+    def prepare(self, trigger: Trigger, check: BudgetCheck, *, instructions: str | None = None) -> Operation:
+        """The operation's record with its plan, checkpoint id and the kernel's variables; ended ``skipped`` when
+        there is nothing safe to compact. Writes and emits nothing."""
+        started = self.parts.clock()
+        kernel_now = kernel_state_field(self.parts.kernel_state)
+        planned = self.plan(trigger, check, instructions=instructions)
+        if isinstance(planned, str):
+            return Operation(random_operation_id(), trigger, check, started, kernel_now=kernel_now,
+                             outcome="skipped", reason=planned, skipped_before_generation=True)
+        # in the capsule's text, so every measure renders it (a placeholder was up to 6 tokens short)
+        return Operation(planned.operation_id, trigger, check, started, plan=planned,
+                         checkpoint_id=self.parts.checkpoint_ids(), kernel_now=kernel_now)
 
-    def _soft_gate(self, plan: CompactionPlan, trigger: Trigger, check: BudgetCheck, baseline: Capsule,
-                   started: float, checkpoint_id: str) -> CompactionOutcome | None:
-        """The skip before any summary is requested, or ``None``: the seed's pre-generation estimate
-        exactly as written, then the stricter prediction of :mod:`.predict` (``baseline``'s cost, scaled by the
-        model factor and fitted, must pass the post-generation gate; a miss waits like a measured one)."""
-        config = self.config.compaction
+    def gate(self, op: Operation) -> Operation:
+        """The plan's deterministic capsules and, for soft triggers, the checks made before any summary is requested:
+        the seed's pre-generation estimate exactly as written, then the stricter prediction of :mod:`.predict`
+        (``baseline``'s cost, scaled by the model factor and fitted, must pass the post-generation gate; a miss
+        waits like a measured one). Ended ``skipped`` when a check fails. Writes and emits nothing."""
+        plan = self._plan_of(op)
+        raw = deterministic_capsule(list(plan.summarize), plan.previous_capsule, plan.previous_checkpoint_id)
+        model = self.parts.summarizer is not None and self.parts.predictor is not None
+        # the baseline: grounded and rolled like a model's answer, not fitted (the factor measures the model)
+        op = replace(op, local=self._fitted(op, raw), baseline=ground_plan_summary(plan, raw, raw).capsule if model
+                     else None)
+        if op.trigger not in SOFT:
+            return op
+        config, predictor = self.config.compaction, self.parts.predictor
         roi = pre_generation_roi(plan.tokens_before, config)
-        if roi.passed and self.predictor is not None:
-            model = self.summarizer is not None
-            cost = self._rendered_tokens(baseline, "ok" if model else "degraded", checkpoint_id)
+        if roi.passed and predictor is not None:
+            model = self.parts.summarizer is not None
+            baseline = op.baseline or op.local
+            assert baseline is not None
+            cost = self._rendered_tokens(op, baseline, "ok" if model else "degraded")
             if model:  # scaled before the fit, then fitted: :meth:`.SavingsPredictor.fitted_capsule_tokens`
-                fitted = self._rendered_tokens(self._fitted(plan, checkpoint_id, baseline, "ok"), "ok", checkpoint_id)
-                cost = self.predictor.fitted_capsule_tokens(cost, fitted, capsule_reserve(plan.hard_limit))
+                fitted = self._rendered_tokens(op, self._fitted(op, baseline, "ok"), "ok")
+                cost = predictor.fitted_capsule_tokens(cost, fitted, capsule_reserve(plan.hard_limit))
             predicted = self.tracker.sized(self.base_tokens + cost + self._tail_tokens(plan) + REPLY_PRIMING)
-            self._attempts[plan.operation_id] = SummaryAttempt(predicted_after=predicted,
-                                                               factor=self.predictor.factor if model else 1.0)
+            op = replace(op, attempt=SummaryAttempt(predicted_after=predicted,
+                                                    factor=predictor.factor if model else 1.0))
             roi = predicted_roi(plan.tokens_before, predicted, config)
             if not roi.passed:
-                self._wait_for_growth(plan, check, predicted)
-        if roi.passed:
-            return None
-        return self._finish(plan.operation_id, trigger, "skipped", roi.reason, check, None, started,
-                            before_generation=True)
+                op = self._wait_for_growth(op, predicted)
+        return op if roi.passed else op.ended("skipped", roi.reason, skipped_before_generation=True)
 
-    def _requesting(self, plan: CompactionPlan) -> None:
-        """Account for the summary request about to be made (none without a summarizer)."""
-        if self.summarizer is None:
-            return
-        request = SummaryRequest(plan.summarize, plan.previous_capsule, plan.instructions)
-        self._attempts[plan.operation_id] = replace(self._attempts.get(plan.operation_id, SummaryAttempt()),
-                                                    generated=True,
-                                                    input_tokens=summary_input_tokens(request, self.counter))
+    async def compact_step(self, op: Operation, cancel: CancelToken, progress: Phase) -> Operation:
+        """Generate the capsule and weigh it: the candidates, each measured, the last the one to append; ended when
+        none may be appended (a missed ROI, no smaller context, over the hard limit) or on cancel."""
+        plan = self._plan_of(op)
+        generated, quality, note, ungrounded = await self._generate(plan, cancel, progress, local=op.local)
+        capsule = self._fitted(op, generated, quality)
+        if quality != "degraded":  # a fallback's server may still be busy with the abandoned summary
+            await self.text_counts.learn(self._capsule_text(op, capsule, quality))
+        if cancel.cancelled:
+            return op.ended("cancelled", cancel.reason)
+        progress("measure", 85)
+        after = self._measure_after(op, plan, capsule, quality)
+        op = self._observe(op, generated, capsule, quality, after)
+        op = op.choose(Candidate(capsule, quality, note, after, ungrounded, why="model"))
+        trigger = op.trigger
+        if trigger not in EXEMPT_FROM_SOFT_ROI:
+            roi = post_generation_roi(plan.tokens_before, after, self.config.compaction)  # seed section 6
+            if not roi.passed:
+                return self._wait_for_growth(op, after).ended("skipped", roi.reason)
+        elif trigger not in MANDATORY and after >= plan.tokens_before:
+            # exempt from the ROI gate, not from growth: the local capsule replaces it when smaller
+            smaller = await self._smaller_than_before(op, after, idle=quality != "degraded")
+            if smaller is None:
+                return op.ended("skipped", f"a capsule would not make the context smaller ({plan.tokens_before:,} → "
+                                           f"{after:,} tokens); nothing appended")
+            op = op.choose(smaller)
+        if trigger in MANDATORY and after > plan.hard_limit:
+            # the capsule came out too large: keep less verbatim, then a smaller local capsule
+            shrunk = self._shrink(op)
+            if shrunk is None:
+                return op.ended("failed", f"capsule plus retained tail need {after} tokens, over the hard limit "
+                                          f"{plan.hard_limit}")
+            op = shrunk
+        return op
 
-    def _observe(self, plan: CompactionPlan, baseline: Capsule | None, made: tuple[Capsule, Capsule],
-                 quality: Quality, measured: tuple[int, str]) -> None:
-        """Record the measured continuation; teach the predictor how the model's capsule (``made``: it, then fitted)
-        compares with ``baseline`` before the fit, sized like "after" (``measured``: it and its checkpoint id)."""
-        attempt = replace(self._attempts.get(plan.operation_id, SummaryAttempt()), measured_after=measured[0])
-        if attempt.generated and quality != "degraded":  # only the local fallback is degraded
-            if self.predictor is not None and baseline is not None:  # by the server's count where it counted one
-                scale = self.text_counts.scale(self._capsule_text(made[1], quality, measured[1]))
-                self.predictor.observe(round(self._rendered_tokens(made[0], quality) * scale),
-                                       self._rendered_tokens(baseline, "ok"))
-            attempt = replace(attempt, output_tokens=self.counter.count_text(json.dumps(made[1].to_json())))
-        self._attempts[plan.operation_id] = attempt
-
-    def _missed_soft_roi(self, plan: CompactionPlan, check: BudgetCheck, after: int) -> str | None:
-        """The post-generation gate (seed section 6): the reason the capsule misses it, with the
-        wait before the next soft attempt armed, or ``None`` when it passes."""
-        roi = post_generation_roi(plan.tokens_before, after, self.config.compaction)
-        if roi.passed:
-            return None
-        self._wait_for_growth(plan, check, after)
-        return roi.reason
-
-    def _wait_for_growth(self, plan: CompactionPlan, check: BudgetCheck, after: int) -> None:
-        """After a (predicted) miss with ``after`` tokens: no soft attempt until the context grew
-        enough for one to pass, and by at least one token (the same context, the same capsule)."""
-        growth = growth_before_soft_retry(plan.tokens_before, after, plan.kept_tokens, self.config.compaction)
-        self._soft_retry_at = (check.context_key, plan.tokens_before + max(1, growth))
-
-    def _append(self, plan: CompactionPlan, trigger: Trigger, capsule: Capsule, quality: Quality, note: str | None,
-                measured: tuple[int, str], ungrounded: int, check: BudgetCheck, cancel: CancelToken, started: float,
-                progress: Phase) -> CompactionOutcome:
+    def append(self, op: Operation, cancel: CancelToken, progress: Phase) -> Operation:
         """The only write of a compaction: synchronous, so nothing can run between the cancel and leaf checks
-        and the append. ``measured``: the continuation's tokens with the checkpoint id it was measured with."""
+        and the append of the chosen capsule (measured with its checkpoint id: exactly what is sent)."""
         progress("append", 95)
         if cancel.cancelled:
-            return self._finish(plan.operation_id, trigger, "cancelled", cancel.reason, check, None, started)
-        after, checkpoint_id = measured  # measured with its id: exactly what is sent
-        data: CapsuleData = {
-            "checkpointId": checkpoint_id, "firstKeptEntryId": plan.first_kept_entry_id,
-            "trigger": trigger_name(trigger), "quality": quality, "state": capsule.to_json(),
-            "tokensBefore": plan.tokens_before, "tokensAfter": after, "source": plan.source,
-            "operationId": plan.operation_id, "previousCheckpointId": plan.previous_checkpoint_id,
-            "summarizedEntries": plan.entry_count, "note": note, "ungroundedClaims": ungrounded}
-        if "kernelState" in self._kernel_now:  # the only field kernel_state_field writes
-            data["kernelState"] = self._kernel_now["kernelState"]
-        if (counted := self.text_counts.counted(self._capsule_text(capsule, quality, checkpoint_id))) is not None:
-            data["textTokens"] = counted
+            return op.ended("cancelled", cancel.reason)
+        plan, chosen = self._plan_of(op), op.chosen
+        assert chosen is not None, "compact_step chose a capsule"
+        counted = self.text_counts.counted(self._capsule_text(op, chosen.capsule, chosen.quality))
         # the one scrub of the capsule: secrets in its text (a model can echo a tool's output)
         # become markers as it is written, like every other entry's (measured before: a few tokens)
-        capsule_entry = Entry("capsule", self.scrub(data), parent_id=plan.leaf_id)
+        capsule_entry = Entry("capsule", self.parts.scrub(op.capsule_data(counted)), parent_id=plan.leaf_id)
         try:
             entry = self.store.append(capsule_entry, expect_leaf=plan.leaf_id)
         except StaleLeafError:
-            return self._finish(plan.operation_id, trigger, "stale",
-                                f"session leaf moved from {plan.leaf_id} to {self.store.leaf_id} while "
-                                f"compacting; no capsule appended", check, None, started)
-        return self._finish(plan.operation_id, trigger, "completed", note, check, entry, started,
-                            tokens_after=self.measure().effective, quality=quality, checkpoint_id=checkpoint_id,
-                            ungrounded=ungrounded)
+            return op.ended("stale", f"session leaf moved from {plan.leaf_id} to {self.store.leaf_id} while "
+                                     f"compacting; no capsule appended")
+        return op.ended("completed", chosen.note, entry=entry, tokens_after=self.measure().effective)
 
-    def _shrink(self, plan: CompactionPlan, check: BudgetCheck,
-                checkpoint_id: str) -> tuple[CompactionPlan, Capsule, Quality, str] | None:
-        for max_tail in shrink_tails(tail_room(check.hard_limit, self.base_tokens), self.inputs):
-            smaller = self.plan(Trigger(plan.trigger), check, instructions=plan.instructions, max_tail_tokens=max_tail)
+    # -- the summary: predicted before, accounted for after --------------------------------
+    @staticmethod
+    def _plan_of(op: Operation) -> CompactionPlan:
+        assert op.plan is not None, "a step after prepare runs only on a planned operation"
+        return op.plan
+
+    def _requesting(self, op: Operation) -> Operation:
+        """Account for the summary request about to be made (none without a summarizer)."""
+        if self.parts.summarizer is None:
+            return op
+        plan = self._plan_of(op)
+        request = SummaryRequest(plan.summarize, plan.previous_capsule, plan.instructions)
+        return replace(op, attempt=replace(op.attempt, generated=True,
+                                           input_tokens=summary_input_tokens(request, self.counter)))
+
+    def _observe(self, op: Operation, generated: Capsule, fitted: Capsule, quality: Quality, after: int) -> Operation:
+        """Record the measured continuation; teach the predictor how the model's capsule (``generated``, then
+        ``fitted``) compares with the baseline before the fit, sized like "after"."""
+        attempt = replace(op.attempt, measured_after=after)
+        if attempt.generated and quality != "degraded":  # only the local fallback is degraded
+            predictor = self.parts.predictor
+            if predictor is not None and op.baseline is not None:  # by the server's count where it counted one
+                scale = self.text_counts.scale(self._capsule_text(op, fitted, quality))
+                predictor.observe(round(self._rendered_tokens(op, generated, quality, placeholder=True) * scale),
+                                  self._rendered_tokens(op, op.baseline, "ok", placeholder=True))
+            attempt = replace(attempt, output_tokens=self.counter.count_text(json.dumps(generated.to_json())))
+        return replace(op, attempt=attempt)
+
+    def _wait_for_growth(self, op: Operation, after: int) -> Operation:
+        """After a (predicted) miss with ``after`` tokens: no soft attempt until the context grew
+        enough for one to pass, and by at least one token (the same context, the same capsule)."""
+        plan = self._plan_of(op)
+        growth = growth_before_soft_retry(plan.tokens_before, after, plan.kept_tokens, self.config.compaction)
+        return replace(op, retry_below=plan.tokens_before + max(1, growth))
+
+    def _shrink(self, op: Operation) -> Operation | None:
+        """A smaller plan (less kept verbatim) whose local capsule fits the hard limit, chosen; else ``None``."""
+        plan = self._plan_of(op)
+        for max_tail in shrink_tails(tail_room(op.check.hard_limit, self.base_tokens), self.inputs):
+            smaller = self.plan(Trigger(plan.trigger), op.check, instructions=plan.instructions,
+                                max_tail_tokens=max_tail)
             if isinstance(smaller, str):
                 continue
-            smaller = CompactionPlan(**{**{f: getattr(smaller, f) for f in smaller.__slots__},
-                                        "operation_id": plan.operation_id})
-            capsule = self._fitted(smaller, checkpoint_id)
-            if self._measure_after(smaller, capsule, "degraded", checkpoint_id) <= smaller.hard_limit:
-                return smaller, capsule, "degraded", "retained tail shrunk to fit the hard limit"
+            smaller = replace(smaller, operation_id=plan.operation_id)
+            capsule = self._fitted(op, capsule=None, plan=smaller)
+            after = self._measure_after(op, smaller, capsule, "degraded")
+            if after <= smaller.hard_limit:
+                return op.choose(Candidate(capsule, "degraded", "retained tail shrunk to fit the hard limit",
+                                           after, 0, why="shrunk"), plan=smaller)
         return None
 
-    async def _smaller_than_before(self, plan: CompactionPlan, model_after: int, checkpoint_id: str, *,
-                                   idle: bool) -> tuple[Capsule, Quality, str, int] | None:
+    async def _smaller_than_before(self, op: Operation, model_after: int, *, idle: bool) -> Candidate | None:
         """The deterministic capsule, when it makes the continuation smaller than the history (the model's did not:
         ``model_after``); else ``None``. ``idle``: the server counts it first (the estimate let 2,184 → 2,186 in)."""
-        local = self._fitted(plan, checkpoint_id)
+        plan = self._plan_of(op)
+        local = self._fitted(op)
         if idle:
-            await self.text_counts.learn(self._capsule_text(local, "degraded", checkpoint_id))
-        after = self._measure_after(plan, local, "degraded", checkpoint_id)
+            await self.text_counts.learn(self._capsule_text(op, local, "degraded"))
+        after = self._measure_after(op, plan, local, "degraded")
         if after >= plan.tokens_before:
             return None
-        return local, "degraded", (f"the model's capsule would have grown the context ({plan.tokens_before:,} → "
-                                   f"{model_after:,} tokens); the local deterministic capsule was used"), after
+        return Candidate(local, "degraded", (f"the model's capsule would have grown the context "
+                                             f"({plan.tokens_before:,} → {model_after:,} tokens); the local "
+                                             f"deterministic capsule was used"), after, 0, why="local")
 
     async def _generate(self, plan: CompactionPlan, cancel: CancelToken, progress: Phase, *,
                         local: Capsule | None = None) -> tuple[Capsule, Quality, str | None, int]:
@@ -512,16 +489,16 @@ class CompactionEngine:
         0 for the fallback). ``local``: the plan's deterministic capsule, if made. Only the fallback is ``degraded``."""
         entries = list(plan.summarize)
         fallback = local or deterministic_capsule(entries, plan.previous_capsule, plan.previous_checkpoint_id)
-        if self.summarizer is None:
+        if self.parts.summarizer is None:
             progress("summarize", 80)
             return fallback, "degraded", "no summarizer configured: local deterministic capsule", 0
         request = SummaryRequest(tuple(entries), plan.previous_capsule, plan.instructions)
-        task = asyncio.ensure_future(self.summarizer.summarize(
+        task = asyncio.ensure_future(self.parts.summarizer.summarize(
             request, lambda f: progress("summarize", 10 + 70 * max(0.0, min(1.0, f)))))
         waiter = asyncio.ensure_future(cancel.wait())
         timeout = self.config.compaction.timeout_ms / 1000
         try:
-            done = await wait_with_progress(task, waiter, timeout, progress, self.progress_interval)
+            done = await wait_with_progress(task, waiter, timeout, progress, self.parts.progress_interval)
         finally:
             waiter.cancel()
         if task not in done:
@@ -540,25 +517,28 @@ class CompactionEngine:
         progress("summarize", 80)
         return grounded.capsule, grounded.quality, grounded.note, grounded.ungrounded
 
-    def _measure_after(self, plan: CompactionPlan, capsule: Capsule, quality: Quality, checkpoint_id: str) -> int:
+    def _measure_after(self, op: Operation, plan: CompactionPlan, capsule: Capsule, quality: Quality) -> int:
         """Exact size of the continuation: base + rendered capsule (with the id it is written with) + retained tail."""
-        return self.tracker.sized(self.base_tokens + self._rendered_tokens(capsule, quality, checkpoint_id)
-                                       + self._tail_tokens(plan) + REPLY_PRIMING)
+        return self.tracker.sized(self.base_tokens + self._rendered_tokens(op, capsule, quality)
+                                  + self._tail_tokens(plan) + REPLY_PRIMING)
 
-    def _fitted(self, plan: CompactionPlan, checkpoint_id: str, capsule: Capsule | None = None,
-                quality: Quality = "degraded") -> Capsule:
+    def _fitted(self, op: Operation, capsule: Capsule | None = None, quality: Quality = "degraded", *,
+                plan: CompactionPlan | None = None) -> Capsule:
         """``capsule`` (else the plan's deterministic one) within the plan's reserve for it (:mod:`.capsule_fit`)."""
+        plan = plan or self._plan_of(op)
         capsule = capsule or deterministic_capsule(list(plan.summarize), plan.previous_capsule,
                                                    plan.previous_checkpoint_id)
         return fit_capsule(capsule, capsule_reserve(plan.hard_limit),
-                           lambda c: self._rendered_tokens(c, quality, checkpoint_id))
+                           lambda c: self._rendered_tokens(op, c, quality))
 
-    def _capsule_text(self, capsule: Capsule, quality: Quality, checkpoint_id: str) -> str:
-        return self._renders.render(capsule, quality, checkpoint_id, self._kernel_now).text
+    def _capsule_text(self, op: Operation, capsule: Capsule, quality: Quality) -> str:
+        return self._renders.render(capsule, quality, op.checkpoint_id, op.kernel_now).text
 
-    def _rendered_tokens(self, capsule: Capsule, quality: Quality, checkpoint_id: str = "ck_0000000000") -> int:
-        """Tokens of ``capsule`` as the first message of model input (kernel state included)."""
-        done = self._renders.render(capsule, quality, checkpoint_id, self._kernel_now)
+    def _rendered_tokens(self, op: Operation, capsule: Capsule, quality: Quality, *, placeholder: bool = False) -> int:
+        """Tokens of ``capsule`` as the first message of model input (kernel state included), rendered with the
+        operation's checkpoint id (``placeholder``: with one of the same shape, as the predictor learned them)."""
+        checkpoint_id = PLACEHOLDER_CHECKPOINT_ID if placeholder else op.checkpoint_id
+        done = self._renders.render(capsule, quality, checkpoint_id, op.kernel_now)
         return self._renders.raw_count(done, self.counter) + self.text_counts.extra(done.text)  # extra: learned since
 
     def _tail_tokens(self, plan: CompactionPlan) -> int:
@@ -568,33 +548,26 @@ class CompactionEngine:
         return cum[-1] - cum[start] if start is not None else 0
 
     # -- reporting ---------------------------------------------------------------------------
-    def _finish(self, operation_id: str, trigger: Trigger, outcome: Outcome, reason: str | None,
-                check: BudgetCheck, entry: Entry | None, started: float, *, tokens_after: int | None = None,
-                quality: Quality | None = None, checkpoint_id: str | None = None,
-                before_generation: bool = False, ungrounded: int = 0) -> CompactionOutcome:
-        result = CompactionOutcome(
-            operation_id=operation_id, trigger=trigger_name(trigger), outcome=outcome, reason=reason,
-            tokens_before=check.effective,
-            tokens_after=tokens_after if tokens_after is not None and outcome == "completed" else check.effective,
-            checkpoint_id=checkpoint_id, duration_ms=round((self.clock() - started) * 1000),
-            quality=quality if outcome in ("completed", "skipped") else None, source=check.source, entry=entry,
-            skipped_before_generation=before_generation, ungrounded_claims=ungrounded,
-            attempt=self._attempts.pop(operation_id, SummaryAttempt()))
-        if outcome == "completed":
-            self.bus.emit("compaction_progress", **CompactionProgressPayload(operation_id=operation_id, phase="done",
-                                                                             percent=100))
+    def _finish(self, op: Operation) -> CompactionOutcome:
+        """Report the ended operation: its ``compaction_end`` event, flight record and snapshot, all from the record."""
+        result = op.result(self.parts.clock())
+        if result.outcome == "completed":
+            self.bus.emit("compaction_progress", **CompactionProgressPayload(
+                operation_id=op.operation_id, phase="done", percent=100))
         self.bus.emit("compaction_end", **result.to_event())
-        if outcome == "skipped":
+        if result.outcome == "skipped":
             self._last_skip = result.to_event()
         else:
             self._last_done, self._last_skip = result.to_event(), None
-        if self.flight is not None:
-            self.flight.record("compaction", result.flight_record(check))
+        if (gate := op.soft_retry_gate()) is not None:
+            self._soft_retry_at = gate
+        if self.parts.flight is not None:
+            self.parts.flight.record("compaction", result.flight_record(op.check))
         self.last_outcome = result
         self.publish()  # the next request as SOBA will send it: what every display shows from now on
         return result
 
     def _budget_record(self, check: BudgetCheck, turn: TurnState) -> None:
         self.publish(check, self._inference + 1)  # the agent's nth inference, never the turn's (a widget point each)
-        if self.flight is not None:
-            self.flight.record("budget", {"inference": turn.inferences, **check.to_event()})
+        if self.parts.flight is not None:
+            self.parts.flight.record("budget", {"inference": turn.inferences, **check.to_event()})

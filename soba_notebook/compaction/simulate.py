@@ -46,6 +46,8 @@ from ..tokens import TokenCounter
 from .barrier import CompactionEngine
 from .capsule import Capsule
 from .capsule_entry import capsule_of
+from .operation import EngineParts
+from .predict import SavingsPredictor
 from .summarize import Summarizer
 from .triggers import TurnState
 
@@ -178,12 +180,10 @@ async def _replay(source: Sequence[Entry], store: MemoryStore, config: SobaConfi
     bus = EventBus()
     ends: list[Event] = []
     bus.subscribe(lambda e: ends.append(e) if e.type == "compaction_end" else None)
-    engine = CompactionEngine(store, config, counter, bus=bus, summarizer=options.summarizer, base_tokens=base_tokens,
-                              flight=options.flight)
-    engine.new_checkpoint_id = replay_checkpoint_ids()
-    engine.scrub = Scrubber().json  # token shapes only: the same capsules on a machine with other secrets
-    if not options.predict:
-        engine.predictor = None
+    parts = EngineParts(bus, options.summarizer, SavingsPredictor() if options.predict else None, options.flight,
+                        checkpoint_ids=replay_checkpoint_ids(),
+                        scrub=Scrubber().json)  # token shapes only: the same capsules on a machine with other secrets
+    engine = CompactionEngine(store, config, counter, parts, base_tokens=base_tokens)
     try:
         pairs = _PairCheck(engine, _dangling_calls(source))
         records: list[InferenceRecord] = []

@@ -44,6 +44,7 @@ from ..agent.approval import runs_without_asking
 from ..agent.kernel_state import tracker_for
 from ..agent.runtime import QueuedTurn
 from ..cancel import CancelToken
+from ..compaction.kernel_section import KernelStateProvider
 from ..compaction.snapshot import BudgetSnapshot
 from ..config import ConfigEdit, SobaConfig, config_edit, load_config
 from ..errors import ConfigError
@@ -139,7 +140,7 @@ class NotebookSession:
         bus = EventBus()
         handle = open_agent(self.project_dir, config=self.config(), session=session, new=new or session is None,
                             bus=bus, user_namespace=self.user_namespace, take_over=take_over,
-                            holder=kernel_identity())
+                            holder=kernel_identity(), kernel_state=self._kernel_state())
         if self.runtime is not None:
             self._stop_before_switching(handle.store.id)
         self.close()
@@ -187,10 +188,14 @@ class NotebookSession:
         if stopped.dropped:
             print(f"dropped {stopped.dropped:,} queued turn(s) of session {current}")
 
+    def _kernel_state(self) -> KernelStateProvider | None:
+        """The kernel's variables for every capsule (none without a namespace)."""
+        if self.user_namespace is None:
+            return None
+        return tracker_for(self.user_namespace, self.namespace_hidden).lines
+
     def _connect_kernel(self, handle: AgentHandle) -> None:
         """What only a kernel knows: its variables for every capsule, the user's cells for each turn."""
-        if self.user_namespace is not None:
-            handle.agent.engine.kernel_state = tracker_for(self.user_namespace, self.namespace_hidden).lines
         handle.agent.turn_note = self._turn_note
         notebooks = handle.agent.tool_context.notebooks  # the notebook tools' "this notebook" and its runs
         notebooks.kernel_notebook = self.notebook_path
