@@ -71,10 +71,13 @@ function render({ model, el }) {
     box.dataset.call = r.call_id || "";
     box.dataset.state = d.verdict || "pending";
     const head = h("div", "soba-approval__head", box);
-    h("span", "soba-approval__title", head, d.verdict ? "SOBA asked to run" : "SOBA asks to run");
-    h("code", "soba-approval__tool", head, r.tool || "");
+    // A question about running the call names its tool; another one (keep the files a sandboxed
+    // command left?) says what it asks in its own words.
+    const run = !r.asks || r.asks === "run";
+    h("span", "soba-approval__title", head, `${d.verdict ? "SOBA asked to" : "SOBA asks to"} ${run ? "run" : r.asks}`);
+    if (run) h("code", "soba-approval__tool", head, r.tool || "");
     const isEdit = !!r.diff;
-    const label = r.tool === "shell" ? "command" : r.tool === "python" ? "code" : "file";
+    const label = !run ? "what it left" : r.tool === "shell" ? "command" : r.tool === "python" ? "code" : "file";
     h("div", "soba-approval__label", box, label);
     const body = h("pre", "soba-approval__code soba-approval__body", box, r.body || "");
     body.dataset.lines = String((r.body || "").split("\n").length);

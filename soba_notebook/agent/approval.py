@@ -154,6 +154,9 @@ class ApprovalRequest:
     mode: str = "ask"
     #: why "Allow for this session" is not offered, in one line ("" when it is: :func:`no_rule_reason`)
     no_rule: str = ""
+    #: what the card asks, after "SOBA asks to" ("": run the call's tool); a question about something
+    #: other than running the call (keeping files it left) says so in its own title
+    asks: str = ""
 
     @property
     def rule_text(self) -> str:

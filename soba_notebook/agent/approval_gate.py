@@ -60,6 +60,8 @@ __all__ = ["DIFF_LIMIT", "ApprovalGate", "NotebookPreview", "approval_entry", "m
 #: The most characters of a diff a card shows (a rewritten 5 MB file is summarized, not shipped).
 DIFF_LIMIT = 200_000
 _FILE_LIMIT = 2_000_000
+#: The title of the card after a sandboxed command ("SOBA asks to …"): it asks to keep, not to run.
+_KEEP_FILES = "keep files a sandboxed command left where this kernel imports from"
 
 #: What a ``notebook_edit`` call would change, computed as the edit computes it but written nowhere:
 #: ``(where, the cell's source before, after)``; raises :class:`SobaError` saying why it cannot.
@@ -290,7 +292,7 @@ class ApprovalGate:
                     f"The kernel, unsandboxed, would run it at the next import of that name. Deny moves it to "
                     f"{where}/ and restores what was there.\n\n$ {call.arguments.get('command', '')}")
             request = ApprovalRequest(call.id, call.name, body, found.diff(DIFF_LIMIT), (),
-                                      config.approval_timeout_ms / 1000, config.approval)
+                                      config.approval_timeout_ms / 1000, config.approval, asks=_KEEP_FILES)
             decision = await self._ask(request, cancel)
             self._append(approval_entry(call, decision, mode=config.approval, subject=subject))
             kept = decision.allowed
