@@ -119,3 +119,8 @@ def test_an_edit_asks_for_exactly_the_files_the_sandbox_review_looks_at(ws: Path
     found = {os.path.relpath(p, ws) for p in take(ws, keep=False, roots=roots).stamps}
     assert found == {p for p in IMPORTED + NOT_IMPORTED if import_reason(ws / p, roots, ws)}
     assert found == set(IMPORTED)
+
+
+@pytest.mark.parametrize("path", ["bad\0dir/x.py", "x\0.py", "a" * 5_000 + "/x.py"])
+def test_a_path_no_file_can_have_is_no_crash_of_the_gate(ws: Path, path: str) -> None:
+    assert _asked(ws, "write_file", path) == []  # the tool itself refuses it, naming the path

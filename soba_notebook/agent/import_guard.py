@@ -94,7 +94,10 @@ def import_reason(target: Path, roots: Sequence[Path], workspace: Path) -> str:
     top-level names :func:`take` looks at, in ``roots`` (:func:`import_roots`), judged by the path
     alone, so a file not written yet counts too. The folder is resolved, the name is not (a write
     to ``mistune.py`` lands where ``import mistune`` looks, wherever a link there points)."""
-    folder = Path(os.path.realpath(target.parent))
+    try:
+        folder = Path(os.path.realpath(target.parent))
+    except (OSError, ValueError):  # a NUL byte, a name too long: no file can be written there either
+        return ""
     name, up = target.name, folder.parent
     if folder in roots and (_module_named(name) or (os.path.islink(target) and name.isidentifier())):
         kind = "a .pth file, whose import lines run at the next start" if name.endswith(".pth") \
