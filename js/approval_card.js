@@ -13,7 +13,8 @@
 //   data-state      "pending" | the verdict (once, session, deny, timeout, cancelled)
 // Buttons: [data-answer="once"], [data-answer="session"], [data-answer="deny"]; the reason
 // field: .soba-approval__reason; the outcome line: .soba-approval__decision; under a block that
-// scrolls: .soba-approval__more; why no session rule is offered: .soba-approval__no-rule; the
+// scrolls: .soba-approval__more; why no session rule is offered: .soba-approval__no-rule; why a
+// call asks although the mode lets its kind run: .soba-approval__why; the
 // warning that the text holds control characters (shown escaped): .soba-approval__warning.
 
 function h(tag, className, parent, text) {
@@ -71,10 +72,14 @@ function render({ model, el }) {
     box.dataset.call = r.call_id || "";
     box.dataset.state = d.verdict || "pending";
     const head = h("div", "soba-approval__head", box);
-    h("span", "soba-approval__title", head, d.verdict ? "SOBA asked to run" : "SOBA asks to run");
-    h("code", "soba-approval__tool", head, r.tool || "");
+    // A question about running the call names its tool; another one (keep the files a sandboxed
+    // command left?) says what it asks in its own words.
+    const run = !r.asks || r.asks === "run";
+    h("span", "soba-approval__title", head, `${d.verdict ? "SOBA asked to" : "SOBA asks to"} ${run ? "run" : r.asks}`);
+    if (run) h("code", "soba-approval__tool", head, r.tool || "");
+    if (r.why) h("div", "soba-approval__warning soba-approval__why", box, r.why);
     const isEdit = !!r.diff;
-    const label = r.tool === "shell" ? "command" : r.tool === "python" ? "code" : "file";
+    const label = !run ? "what it left" : r.tool === "shell" ? "command" : r.tool === "python" ? "code" : "file";
     h("div", "soba-approval__label", box, label);
     const body = h("pre", "soba-approval__code soba-approval__body", box, r.body || "");
     body.dataset.lines = String((r.body || "").split("\n").length);

@@ -155,7 +155,8 @@ class ToolsConfig:
     #: locale…; agent/sandbox.py); a secret-named one is refused here and never passed
     sandbox_env: tuple[str, ...] = ()
     #: who asks before a tool acts (agent/approval.py): "ask" (shell, python and every write ask first),
-    #: "edits" (writes in the workspace run; shell and python ask), "never" (nothing asks)
+    #: "edits" (writes in the workspace run, except to files this kernel imports; shell and python ask),
+    #: "never" (nothing asks)
     approval: str = field(default="ask", metadata={"choices": ("ask", "edits", "never")})
     #: how long a call waits for an answer; with no one to answer (a headless run) it is then denied
     approval_timeout_ms: int = _num(300_000, 100, 86_400_000, unit="of milliseconds")

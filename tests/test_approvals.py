@@ -102,7 +102,7 @@ def test_what_runs_without_asking_is_one_sentence_naming_the_sandboxed_shell_exa
         "every write"
     assert runs_without_asking("edits", "bwrap", True) == \
         "runs without asking: reads, writes in the workspace, sandboxed shell (tools.sandboxSkipsApproval); " \
-        "asks first: python"
+        "asks first: python, writes to files Python in this kernel imports"
     assert runs_without_asking("never", "bwrap", False).startswith("nothing asks: shell (sandboxed), python")
 
 

@@ -12,8 +12,10 @@ Modes (the issue's contract, README "Approvals"):
   command runs without asking only when ``tools.sandbox`` is ``"bwrap"`` *and*
   ``tools.sandboxSkipsApproval`` is true (default false: the sandbox limits what a command reaches,
   the card still says what runs); ``python`` runs in the kernel, so it always asks.
-* ``"edits"``: writes inside the workspace run; ``shell`` (unless sandboxed and skipping, as
-  above) and ``python`` ask.
+* ``"edits"``: writes inside the workspace run, except to a file Python in this kernel would import
+  (a top-level module, package ``__init__``, ``.pth`` or bytecode in a ``sys.path`` folder inside the
+  workspace: the caller says so with ``imported_here``), which asks as under ``"ask"``; ``shell``
+  (unless sandboxed and skipping, as above) and ``python`` ask.
 
 :func:`runs_without_asking` says it in one sentence for the current settings.
 * ``"never"``: nothing asks.
@@ -154,6 +156,11 @@ class ApprovalRequest:
     mode: str = "ask"
     #: why "Allow for this session" is not offered, in one line ("" when it is: :func:`no_rule_reason`)
     no_rule: str = ""
+    #: what the card asks, after "SOBA asks to" ("": run the call's tool); a question about something
+    #: other than running the call (keeping files it left) says so in its own title
+    asks: str = ""
+    #: why this call asks although the mode lets its kind run (a write in "edits" to a file this kernel imports)
+    why: str = ""
 
     @property
     def rule_text(self) -> str:
@@ -291,12 +298,14 @@ def matches(rules: tuple[Rule, ...] | frozenset[Rule], tool: str, arguments: Map
 
 
 def needs_approval(mode: str, sandbox: str, rules: tuple[Rule, ...] | frozenset[Rule], tool: str,
-                   arguments: Mapping[str, Any], *, sandbox_skips_approval: bool = False) -> bool:
-    """True when this call must ask the user before it runs (module docstring)."""
+                   arguments: Mapping[str, Any], *, sandbox_skips_approval: bool = False,
+                   imported_here: bool = False) -> bool:
+    """True when this call must ask the user before it runs (module docstring). ``imported_here``:
+    the write's target is a file Python in this kernel would import (:func:`.import_guard.import_reason`)."""
     if mode == "never" or tool in READ_TOOLS:
         return False
     if tool in EDIT_TOOLS:
-        if mode == "edits" and _edit_path(arguments) is not None:
+        if mode == "edits" and _edit_path(arguments) is not None and not imported_here:
             return False
     elif tool == "shell":
         if sandbox == "bwrap" and sandbox_skips_approval:  # it cannot write outside the workspace
@@ -316,5 +325,6 @@ def runs_without_asking(mode: str, sandbox: str, sandbox_skips_approval: bool) -
     free = ["reads", *(["writes in the workspace"] if mode == "edits" else []),
             *(["sandboxed shell (tools.sandboxSkipsApproval)"] if shell_free else [])]
     shell = "shell (sandboxed; tools.sandboxSkipsApproval is false)" if sandboxed else "shell"
-    asks = [*([] if shell_free else [shell]), "python", *(["every write"] if mode == "ask" else [])]
+    asks = [*([] if shell_free else [shell]), "python",
+            "every write" if mode == "ask" else "writes to files Python in this kernel imports"]
     return f"runs without asking: {', '.join(free)}; asks first: {', '.join(asks)}"

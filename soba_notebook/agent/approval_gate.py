@@ -38,6 +38,7 @@ from ..errors import SobaError
 from ..session.entries import Entry, ToolCall
 from . import workspace as ws
 from .approval import (
+    EDIT_TOOLS,
     ApprovalRequest,
     Approver,
     Decision,
@@ -48,7 +49,7 @@ from .approval import (
     suggested_rules,
 )
 from .confine import STATE_DIR_NAME
-from .import_guard import PLANTED_KEY, Planted, roll_back
+from .import_guard import PLANTED_KEY, Planted, import_reason, import_roots, roll_back
 from .notebook_tools import preview_edit
 from .tools import ToolContext, ToolOutcome
 
@@ -60,6 +61,8 @@ __all__ = ["DIFF_LIMIT", "ApprovalGate", "NotebookPreview", "approval_entry", "m
 #: The most characters of a diff a card shows (a rewritten 5 MB file is summarized, not shipped).
 DIFF_LIMIT = 200_000
 _FILE_LIMIT = 2_000_000
+#: The title of the card after a sandboxed command ("SOBA asks to …"): it asks to keep, not to run.
+_KEEP_FILES = "keep files a sandboxed command left where this kernel imports from"
 
 #: What a ``notebook_edit`` call would change, computed as the edit computes it but written nowhere:
 #: ``(where, the cell's source before, after)``; raises :class:`SobaError` saying why it cannot.
@@ -222,8 +225,9 @@ class ApprovalGate:
         config = self._config()
         mode, sandbox = config.approval, config.sandbox
         arguments = call.arguments
+        why = self._imported_here(call.name, arguments) if mode == "edits" else ""
         if not needs_approval(mode, sandbox, (), call.name, arguments,
-                              sandbox_skips_approval=config.sandbox_skips_approval):
+                              sandbox_skips_approval=config.sandbox_skips_approval, imported_here=bool(why)):
             return None
         subject = _subject(call.name, arguments)
         if matches(self.rules, call.name, arguments):
@@ -232,7 +236,8 @@ class ApprovalGate:
             return None
         diff = await asyncio.to_thread(_diff, self.workspace, call.name, arguments, self.preview)
         request = ApprovalRequest(call.id, call.name, subject, diff, suggested_rules(call.name, arguments),
-                                  config.approval_timeout_ms / 1000, mode, no_rule_reason(call.name, arguments))
+                                  config.approval_timeout_ms / 1000, mode, no_rule_reason(call.name, arguments),
+                                  why=f"Asks under approval “edits”: {why}." if why else "")
         decision = await self._ask(request, cancel)
         self._append(approval_entry(call, decision, mode=mode, subject=subject))
         if decision.verdict == "session":
@@ -243,6 +248,14 @@ class ApprovalGate:
             return ToolOutcome(f"[cancelled: {call.name} was not run; the approval was still pending]", True,
                                data={"cancelled": True})
         return ToolOutcome(self._denial(call.name, decision, request.timeout_s), True, data={"denied": True})
+
+    def _imported_here(self, tool: str, arguments: Mapping[str, Any]) -> str:
+        """Why Python in this kernel would import the file this write targets ("" for none, or not a
+        write): under "edits" such a write asks, as the sandbox's review asks about the same files."""
+        path = arguments.get("path")
+        if tool not in EDIT_TOOLS or not isinstance(path, str) or not path.strip():
+            return ""
+        return import_reason(self.workspace / path.strip(), import_roots(self.workspace), self.workspace)
 
     async def _ask(self, request: ApprovalRequest, cancel: CancelToken) -> Decision:
         approver = self.approver
@@ -290,7 +303,7 @@ class ApprovalGate:
                     f"The kernel, unsandboxed, would run it at the next import of that name. Deny moves it to "
                     f"{where}/ and restores what was there.\n\n$ {call.arguments.get('command', '')}")
             request = ApprovalRequest(call.id, call.name, body, found.diff(DIFF_LIMIT), (),
-                                      config.approval_timeout_ms / 1000, config.approval)
+                                      config.approval_timeout_ms / 1000, config.approval, asks=_KEEP_FILES)
             decision = await self._ask(request, cancel)
             self._append(approval_entry(call, decision, mode=config.approval, subject=subject))
             kept = decision.allowed

@@ -39,7 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["KEEP_BYTES", "PLANTED_KEY", "ImportSnapshot", "Planted", "import_roots", "planted", "roll_back", "take"]
+__all__ = ["KEEP_BYTES", "PLANTED_KEY", "ImportSnapshot", "Planted", "import_reason", "import_roots", "planted",
+           "roll_back", "take"]
 
 #: The key of a tool result's ``data`` that holds the :class:`Planted` files the gate reviews.
 PLANTED_KEY = "planted_imports"
@@ -86,6 +87,36 @@ def _module_named(name: str) -> bool:
         if name.endswith(suffix):
             return name[: -len(suffix)].isidentifier() or suffix == ".pth"
     return False
+
+
+def import_reason(target: Path, roots: Sequence[Path], workspace: Path) -> str:
+    """Why Python in this kernel would import the file ``target`` ("" when it would not): the same
+    top-level names :func:`take` looks at, in ``roots`` (:func:`import_roots`), judged by the path
+    alone, so a file not written yet counts too. The folder is resolved, the name is not (a write
+    to ``mistune.py`` lands where ``import mistune`` looks, wherever a link there points)."""
+    try:
+        folder = Path(os.path.realpath(target.parent))
+    except (OSError, ValueError):  # a NUL byte, a name too long: no file can be written there either
+        return ""
+    name, up = target.name, folder.parent
+    if folder in roots and (_module_named(name) or (os.path.islink(target) and name.isidentifier())):
+        kind = "a .pth file, whose import lines run at the next start" if name.endswith(".pth") \
+            else "a top-level module"
+        where = folder
+    elif folder.name == "__pycache__" and up in roots and name.endswith(".pyc"):
+        kind, where = "bytecode import prefers to a module's source", up
+    elif up in roots and folder.name.isidentifier() and name.startswith("__init__.") and _module_named(name):
+        kind, where = f"package {folder.name}'s __init__", up
+    elif folder.name == "__pycache__" and up.parent in roots and up.name.isidentifier() \
+            and name.startswith("__init__.") and name.endswith(".pyc"):
+        kind, where = f"package {up.name}'s bytecode", up.parent
+    else:
+        return ""
+    rel = os.path.relpath(folder / name, workspace.resolve())
+    at = os.path.relpath(where, workspace.resolve())
+    place = "the workspace's top folder" if at == "." else f"{at}/"
+    return (f"Python in this kernel would import {rel}: {kind} in {place}, which is on this kernel's sys.path "
+            f"(it would run in the kernel, unsandboxed)")
 
 
 def _entries(root: Path) -> Iterable[str]:

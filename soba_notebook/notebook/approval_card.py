@@ -77,4 +77,4 @@ class ApprovalCard(anywidget.AnyWidget):
 
     def __repr__(self) -> str:  # where widgets cannot render (a saved notebook viewed as text)
         shown = self.decision.get("text") or "waiting for an answer"
-        return f"SOBA asks to run {self.request.get('tool')}: {self.request.get('body')}\n[{shown}]"
+        return f"{self.request.get('title')}: {self.request.get('body')}\n[{shown}]"

@@ -75,9 +75,14 @@ def shown_request(request: ApprovalRequest) -> dict[str, Any]:
     """What the card and the terminal prompt show of ``request``: every text with its control
     characters made visible (:func:`~soba_notebook.visible.visible_controls`: a command that erases
     its own line on a terminal must not read as another), a one-line warning when the command, code
-    or diff holds any, and why no session rule is offered when none is."""
+    or diff holds any, why no session rule is offered when none is, the title: what it asks
+    (``asks``: "run", then the tool, or the request's own question), and why it asks at all when the
+    mode lets such calls run (``why``)."""
     note = controls_note(request.body + (request.diff or ""))
-    return {"tool": visible_controls(request.tool), "body": visible_controls(request.body),
+    tool = visible_controls(request.tool)
+    asks = request.asks or f"run {tool}"
+    return {"tool": tool, "asks": request.asks or "run", "title": f"SOBA asks to {asks}",
+            "body": visible_controls(request.body), "why": visible_controls(request.why),
             "diff": visible_controls(request.diff or ""), "rule": visible_controls(request.rule_text),
             "no_rule": visible_controls(request.no_rule), "controls": f"Careful: {note}." if note else "",
             "timeout_s": request.timeout_s, "call_id": request.call_id}
@@ -170,7 +175,9 @@ class PendingApproval:
 
     def _prompt(self, stdin: TextIO) -> None:
         r, shown = self.request, shown_request(self.request)
-        print(f"\nSOBA asks to run {shown['tool']}:")
+        print(f"\n{shown['title']}:")
+        if shown["why"]:
+            print(shown["why"])
         body = shown["body"]
         print(body if r.tool != "python" else "\n".join("    " + line for line in body.splitlines()))
         if shown["diff"]:
