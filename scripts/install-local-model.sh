@@ -45,7 +45,10 @@ build_llama_server() {
   mkdir -p "$parent"
   lock="$SERVER_CACHE.lock"
   exec 9>"$lock"
-  flock 9
+  if ! flock -n 9; then
+    echo "install-local-model: waiting for another install that holds $lock (it is building llama-server into $SERVER_CACHE)"
+    flock 9
+  fi
   if [ -x "$SERVER_CACHE/llama-server" ] && [ -s "$SERVER_CACHE/templates/$TOOL_TEMPLATE" ]; then
     exec 9>&-
     return 0

@@ -1,10 +1,9 @@
 """What a test does when something it needs is not on this machine: fail under CI, skip elsewhere.
 
 CI (``CI=true``) runs the README's test command, which installs everything the suite needs, runs
-as root and has the shared data beside the repository; there a missing requirement is a broken
-set-up, and a skip would hide it behind a green run. A contributor's machine may lack some of it
-(the ``../shared`` transcripts, root for a tmpfs, the local model): there the test skips and says
-why (pyproject's ``-rs`` prints every skip reason in the summary). Every such test goes through
+as root; there a missing requirement is a broken set-up, and a skip would hide it behind a green
+run. A contributor's machine may lack some of it (root for a tmpfs, the local model): there the test
+skips and says why (pyproject's ``-rs`` prints every skip reason in the summary). Every such test goes through
 :func:`unavailable`, so the rule is written once.
 """
 

@@ -1,5 +1,5 @@
-"""Shared fixtures: where ../shared lives, a working directory of its own for every test, and a
-check that the run leaves the repository tree as it found it."""
+"""Shared fixtures: where the real transcripts live, a working directory of its own for every test,
+and a check that the run leaves the repository tree as it found it."""
 
 from __future__ import annotations
 
@@ -12,25 +12,17 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
-SHARED = REPO.parent / "shared"
-TRANSCRIPTS = SHARED / "data" / "transcripts"
+#: Real transcripts of other agents, committed with their licences (tests/data/transcripts/README.md):
+#: a clone alone runs every test that reads them.
+TRANSCRIPTS = TESTS / "data" / "transcripts"
 PI_SESSION = TRANSCRIPTS / "pi-mono" / "large-session.jsonl"
 
 if str(TESTS) not in sys.path:
     sys.path.insert(0, str(TESTS))
 
-from ci_support import unavailable  # noqa: E402  (tests/ is on sys.path from here on)
-from tree_guard import new_files, untracked_files  # noqa: E402
+from tree_guard import new_files, untracked_files  # noqa: E402  (tests/ is on sys.path from here on)
 
 _TREE_BEFORE = pytest.StashKey[frozenset[str] | None]()
-
-
-def require_shared(path: Path = TRANSCRIPTS) -> Path:
-    """``path`` in the shared data folder beside the repository; when it is absent the test fails
-    under CI and skips with the reason elsewhere (:func:`ci_support.unavailable`)."""
-    if not path.exists():
-        unavailable(f"needs the shared test data at {path} (../shared beside the repository); it is absent")
-    return path
 
 
 def repo_python_env(**extra: str) -> dict[str, str]:
@@ -42,7 +34,7 @@ def repo_python_env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture
 def pi_session() -> Path:
-    return require_shared(PI_SESSION)
+    return PI_SESSION
 
 
 @pytest.fixture(scope="session", autouse=True)

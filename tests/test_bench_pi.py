@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import PI_SESSION, REPO, require_shared
+from conftest import PI_SESSION, REPO
 
 from soba_notebook.importers import import_transcript
 from soba_notebook.session import SessionStore
@@ -56,7 +56,7 @@ def test_skip_reason_names_both_versions_when_another_pi_is_installed(tmp_path: 
 
 
 def test_replicated_pi_session_is_one_chain_of_k_distinct_copies(tmp_path: Path) -> None:
-    source = require_shared(PI_SESSION)
+    source = PI_SESSION
     copies = 3
     replicated = bench_pi.replicate_pi(source, tmp_path / "pi-3x.jsonl", copies)
     records = [json.loads(line) for line in replicated.read_text(encoding="utf-8").splitlines()]

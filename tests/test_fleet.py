@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import TRANSCRIPTS, require_shared
+from conftest import TRANSCRIPTS
 
 from soba_notebook import views
 from soba_notebook.importers import import_transcript_with_report, import_transcripts, transcript_files
@@ -20,7 +20,6 @@ CONFIGS = {"48k": {"contextWindow": 48000}, "65k keep 8k": {"contextWindow": 650
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     """Three real trajectories of other agents, one not-a-transcript file and a hidden one."""
-    require_shared()
     src = tmp_path / "fleet"
     picked = sorted(TRANSCRIPTS.rglob("*.traj"))[:2] + sorted(TRANSCRIPTS.rglob("*.traj.json"))[:1]
     for i, path in enumerate(picked):

@@ -4,7 +4,7 @@ processes, driven through ``Client.get_executor()`` like any ``concurrent.future
 The rows are the serial run's, a worker killed in the middle of a fleet costs no row (the engine
 runs its task again; a broken transcript is still one ``error`` row per config), a worker's memory
 stays flat over a fleet of 1,000 sessions, and the progress bar counts the sessions. Real pi and
-SWE-bench transcripts from the shared data; the 1,000 are ten of them, hard-linked a hundred times
+SWE-bench transcripts from tests/data/transcripts; the 1,000 are ten of them, hard-linked a hundred times
 each (by reference: one copy on disk per transcript). No assertion reads a clock.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from ci_support import unavailable
-from conftest import TRANSCRIPTS, repo_python_env, require_shared
+from conftest import TRANSCRIPTS, repo_python_env
 
 from soba_notebook import views
 from soba_notebook.importers import import_transcripts
@@ -89,7 +89,6 @@ def client() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """pi's session, two SWE-bench runs and a file in no transcript format, in one folder."""
-    require_shared()
     folder = tmp_path_factory.mktemp("dask-fleet")
     for name in (PI, *SWE):
         shutil.copy(TRANSCRIPTS / name, folder / Path(name).name)
@@ -165,7 +164,6 @@ def test_a_worker_s_memory_stays_flat_over_a_fleet_of_1000_sessions(tmp_path: Pa
     Each session's entries take 20 to 80 KB in memory: keeping every session alive by mistake
     retained 33 MiB more per worker over the last 900 (checked by doing so), none kept 6 MiB.
     """
-    require_shared()
     picked = sorted(TRANSCRIPTS.rglob("*.traj"))[:10]
     copies = [Path(shutil.copy(p, tmp_path / f"{i}-{p.name}")) for i, p in enumerate(picked)]
     (tmp_path / "fleet").mkdir()

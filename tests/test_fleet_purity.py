@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import TRANSCRIPTS, repo_python_env, require_shared
+from conftest import TRANSCRIPTS, repo_python_env
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -41,7 +41,6 @@ PICKED = ("pi-mono/large-session.jsonl",
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """The picked transcripts and one broken file (its rows carry the error)."""
-    require_shared()
     broken = tmp_path_factory.mktemp("fleet") / "broken.jsonl"
     broken.write_text('{"hello": "no known transcript format"}\n')
     return [*(str(TRANSCRIPTS / p) for p in PICKED), str(broken)]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TRANSCRIPTS, require_shared
+from conftest import TRANSCRIPTS
 
 import soba_notebook.session.store as store_module
 from soba_notebook.importers import import_transcript
@@ -32,14 +32,14 @@ MINI = next(iter(k for k in PINNED if k.endswith(".traj.json")))
 @pytest.mark.parametrize("relative", sorted(PINNED))
 def test_imported_entry_lines_are_byte_identical_to_the_importer_before_the_speed_work(
         relative: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    source = require_shared(TRANSCRIPTS / relative)
+    source = TRANSCRIPTS / relative
     monkeypatch.setattr(store_module, "now_iso", lambda moment=None: "2000-01-01T00:00:00.000Z")
     body = import_transcript(source, tmp_path).read_bytes().split(b"\n", 1)[1]
     assert hashlib.sha256(body).hexdigest() == PINNED[relative]
 
 
 def test_a_json_transcript_is_parsed_whole_once_per_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    source = require_shared(TRANSCRIPTS / MINI)
+    source = TRANSCRIPTS / MINI
     size = len(source.read_bytes().decode("utf-8"))
     real = json.loads
     whole: list[int] = []

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from compaction_support import COUNTER, FakeSummarizer, fill, make_engine, small_config, text_of
-from conftest import PI_SESSION, require_shared
+from conftest import PI_SESSION
 
 from soba_notebook import views
 from soba_notebook.compaction import Capsule, SummaryRequest, Trigger, TurnState, render
@@ -206,7 +206,6 @@ def test_replaying_the_real_pi_session_no_requested_soft_summary_is_thrown_away(
     ``ratio`` times the deterministic ones. With only the seed's gate before generation most soft
     summaries are requested and then skipped; with the prediction, none is, and soft compactions
     still complete."""
-    require_shared(PI_SESSION)
     store = SessionStore.open(import_transcript(PI_SESSION, tmp_path / "imported"))
     config = small_config(tmp_path)
     results = {}

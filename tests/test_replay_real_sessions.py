@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import PI_SESSION, require_shared
+from conftest import PI_SESSION
 
 from soba_notebook.compaction.simulate import replay
 from soba_notebook.config import load_config
@@ -30,7 +30,6 @@ def _pi_modified_calls() -> dict[str, str]:
 
 
 def test_pi_mono_session_loads_into_the_store_with_every_message(tmp_path: Path) -> None:
-    require_shared(PI_SESSION)
     path = import_transcript(PI_SESSION, tmp_path)
     store = SessionStore.open(path)
     source_messages = sum(1 for line in PI_SESSION.read_text().splitlines()
@@ -40,7 +39,6 @@ def test_pi_mono_session_loads_into_the_store_with_every_message(tmp_path: Path)
 
 
 def test_pi_mono_replay_at_65k_compacts_within_the_rules(tmp_path: Path) -> None:
-    require_shared(PI_SESSION)
     store = SessionStore.open(import_transcript(PI_SESSION, tmp_path / "imported"))
     config = load_config(home=tmp_path, project_dir=tmp_path,
                          overrides={"model": {"contextWindow": 65000, "maxOutputTokens": 8000}})

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import overload
 
 import pytest
-from conftest import PI_SESSION, TRANSCRIPTS, require_shared
+from conftest import PI_SESSION, TRANSCRIPTS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -166,7 +166,6 @@ def test_two_writers_on_one_session_cut_where_the_whole_context_cuts(steps) -> N
 
 
 def _real_transcripts() -> list[Path]:
-    require_shared()
     mini = sorted((TRANSCRIPTS / "mini-swe-agent-deepseek").rglob("*.traj.json"))[:4]
     local = Path(__file__).parent / "data" / "importers"
     return [PI_SESSION, *mini, local / "claude_code_session.jsonl", local / "pi_v3_tree.jsonl"]

@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
-from conftest import PI_SESSION, TRANSCRIPTS, require_shared
+from conftest import PI_SESSION, TRANSCRIPTS
 
 from soba_notebook import views
 from soba_notebook.analysis.frames import FLIGHT_COLUMNS
@@ -310,7 +310,7 @@ def _swe_agent() -> Path:
 @pytest.mark.parametrize("source", [lambda: PI_SESSION, _mini_swe, _swe_agent], ids=["pi", "mini-swe-agent",
                                                                                      "swe-agent"])
 def test_every_view_on_an_imported_transcript(source, tmp_path: Path) -> None:
-    path = require_shared(source())
+    path = source()
     before = _hash(path)
     store = views.open_session(path)
     assert views.open_session(path) is store  # imported once per process
