@@ -4,7 +4,9 @@ server or turn approvals off until the user trusts that file's content.
 The project's ``.soba/config.json`` names a loopback server (tests/fakeserver.py, which records
 every request and its headers) as ``model.baseUrl`` and sets ``tools.approval: "never"``; the
 kernel's environment holds the key that config asks for. Nothing else (no home config) chooses a
-model, so an ignored ``baseUrl`` leaves the offline scripted model answering.
+model, so an ignored ``baseUrl`` leaves the offline scripted model answering. The user's own
+``~/.soba/config.json`` only shortens the approval timeout: the offline model's writes ask, and with
+no one to click here each question is denied after a second rather than half a minute.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def project(tmp_path: Path, fake_server: FakeServer) -> Path:
 
 @pytest.fixture
 def kernel(tmp_path: Path, project: Path) -> Iterator[Kernel]:
+    (tmp_path / "home" / ".soba").mkdir(parents=True)
+    (tmp_path / "home" / ".soba" / "config.json").write_text(json.dumps({"tools": {"approvalTimeoutMs": 1000}}))
     kernel = Kernel(project, tmp_path / "home", env={"OPENAI_API_KEY": KEY}, approval=None, trust=False)
     try:
         yield kernel
@@ -61,6 +65,7 @@ def test_an_untrusted_project_config_sends_no_key_and_leaves_approvals_on(
     assert "[offline scripted model]" in text, text[-2000:]
     assert len(_lines_with(text, IGNORED)) == 1, text[-3000:]  # one plain line, naming the keys and the way
     assert kernel.value(f"{CURRENT}.handle.agent.config.tools.approval") == "ask"
+    assert "SOBA asks to run shell" in text and "so shell was not run" in text, text[-3000:]  # it asked first
 
     status, again = kernel.run("%soba and now?")
     assert status == "ok" and IGNORED not in again, again[-2000:]  # said once, not at every turn
