@@ -8,6 +8,12 @@ an older soba) but warn with the nearest known key.
 
 Secrets never live here: API keys are read from the environment variable the ``model`` block
 names (``apiKeyEnv``); a config file that holds a key is refused.
+
+A project's own config is data from whoever made the project: the keys that lower safety or
+redirect credentials (:func:`~soba_notebook.trust.needs_trust`) are dropped from it before the
+merge until the user trusts that file's content (:mod:`soba_notebook.trust`, ``%soba trust``), and
+one :class:`UntrustedConfigWarning` line names them. ``~/.soba/config.json`` and explicit arguments
+are the user's own and always honoured.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 
 from .errors import ConfigError
 from .scrub import names_a_secret
+from .trust import ProjectTrust, check_trust, needs_trust
 
 __all__ = [
     "RESTART_KEYS",
@@ -39,14 +46,21 @@ __all__ = [
     "NotebookConfig",
     "SobaConfig",
     "ToolsConfig",
+    "TrustReport",
     "UiConfig",
+    "UntrustedConfigWarning",
     "config_edit",
     "load_config",
+    "project_trust",
 ]
 
 
 class ConfigWarning(UserWarning):
     """A config file holds something soba ignores (an unknown key)."""
+
+
+class UntrustedConfigWarning(ConfigWarning):
+    """A project's config sets keys that need the user's trust, and they were ignored (one line)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -452,16 +466,19 @@ def _check_consistency(config: SobaConfig) -> None:
             f"compacted", source=src(key), key=key, value=c.keep_recent_tokens)
 
 
-def _read_layer(path: Path) -> Any:
-    """The parsed JSON of one config file (any shape: :func:`_merge` checks it), None when absent."""
+def _read_layer(path: Path) -> tuple[Any, bytes] | None:
+    """The parsed JSON of one config file (any shape: :func:`_merge` checks it) and its bytes (read
+    once, so the content trusted is the content used), None when absent."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file ({exc.strerror})", source=str(path)) from None
     try:
-        return json.loads(text)
+        return json.loads(data.decode("utf-8")), data
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a usable config: it is not UTF-8 text", source=str(path)) from None
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}:{exc.lineno}:{exc.colno}: not valid JSON ({exc.msg})", source=str(path)) \
             from None
@@ -486,9 +503,86 @@ def load_config(path: str | os.PathLike[str] | None = None, *, overrides: Mappin
     if path is not None and not project_file.exists():
         raise ConfigError(f"{project_file}: no such config file", source=str(project_file))
     for file, is_project in ((home_dir / ".soba" / "config.json", False), (project_file, True)):
-        layer = _read_layer(file)
-        if layer is not None:
-            config = _merge(config, layer, str(file), project_layer=is_project, base=base)
+        read = _read_layer(file)
+        if read is None:
+            continue
+        layer, data = read
+        if is_project:
+            report = TrustReport(file, check_trust(file, data, home_dir), _trust_settings(layer))
+            if not report.honoured:
+                layer = _without_trusted_keys(layer)
+                warnings.warn(report.notice(), UntrustedConfigWarning, stacklevel=2)
+        config = _merge(config, layer, str(file), project_layer=is_project, base=base)
     if overrides:
         config = _merge(config, overrides, "arguments", base=base)
     return config
+
+
+@dataclass(frozen=True, slots=True)
+class TrustReport:
+    """What trust decides for one project config: the file, whether its content is trusted, and
+    the settings in it that need trust, as ``(dotted key, value)`` in the file's order."""
+
+    file: Path  # as the project names it (.soba/config.json); ``trust.file`` is its resolved path
+    trust: ProjectTrust
+    settings: tuple[tuple[str, Any], ...]
+
+    @property
+    def honoured(self) -> bool:
+        """Whether the settings that need trust apply: the file is trusted, or holds none of them."""
+        return self.trust.trusted or not self.settings
+
+    def notice(self) -> str:
+        """The one line a user sees when settings are ignored: which, why, and how to trust."""
+        keys = ", ".join(key for key, _ in self.settings)
+        why = "it changed since you trusted it, so these are ignored until you trust it again" \
+            if self.trust.state == "changed" else "ignored until you trust this project's config"
+        problem = f" ({self.trust.problem})" if self.trust.problem else ""
+        return f"{self.file} (this project): {why}: {keys} — review the file, then run %soba trust{problem}"
+
+
+def _canonical(section: str, key: str) -> str | None:
+    """A file key's dotted camelCase name (``tools.allow_shell`` -> ``tools.allowShell``), None if unknown."""
+    known = _known(section)
+    name = known.get(key) or (key if key in known.values() else None)
+    return f"{section}.{_camel(name)}" if name else None
+
+
+def _trust_settings(layer: Any) -> tuple[tuple[str, Any], ...]:
+    """The entries of a parsed project config that need trust, ``(dotted, value)`` in the file's
+    order. A malformed layer yields none: :func:`_merge` says what is wrong with it."""
+    found: list[tuple[str, Any]] = []
+    if not isinstance(layer, Mapping):
+        return ()
+    for section, values in layer.items():
+        if needs_trust(str(section)):
+            found.append((str(section), values))
+        elif section in _SECTIONS and isinstance(values, Mapping):
+            found.extend((dotted, value) for key, value in values.items()
+                         if needs_trust(dotted := _canonical(section, key) or ""))
+    return tuple(found)
+
+
+def _without_trusted_keys(layer: Mapping[str, Any]) -> dict[str, Any]:
+    """``layer`` without the settings that need trust (a new mapping; the parsed file is not changed)."""
+    kept: dict[str, Any] = {}
+    for section, values in layer.items():
+        if needs_trust(str(section)):
+            continue
+        if section in _SECTIONS and isinstance(values, Mapping):
+            values = {k: v for k, v in values.items() if not needs_trust(_canonical(section, k) or "")}
+        kept[section] = values
+    return kept
+
+
+def project_trust(project_dir: str | os.PathLike[str] | None = None, *,
+                  home: str | os.PathLike[str] | None = None) -> TrustReport | None:
+    """The trust of the project's ``.soba/config.json`` (None when there is none): for ``%soba trust``
+    and ``%soba status``. A config that is not valid JSON is a :class:`ConfigError`."""
+    file = Path(project_dir or ".") / ".soba" / "config.json"
+    read = _read_layer(file)
+    if read is None:
+        return None
+    layer, data = read
+    return TrustReport(file, check_trust(file, data, Path(home) if home is not None else Path.home()),
+                       _trust_settings(layer))

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from kernel_support import trust_project_config
+
 if TYPE_CHECKING:  # playwright is imported lazily so a missing install gives a clear message
     from playwright.sync_api import BrowserContext, ConsoleMessage, Page
 
@@ -222,8 +224,11 @@ def jupyter_lab(root_dir: Path, *, state_dir: Path | None = None, env: dict[str,
         *(["--allow-root"] if os.geteuid() == 0 else []),  # CI containers run as root
         *extra_args,
     ]
+    lab_env = _lab_env(state_dir, env, theme)
+    # the root's .soba/config.json (a loopback model server) is trusted, as its user would trust it
+    trust_project_config(root_dir, Path(lab_env["HOME"]))
     with log_path.open("wb") as log:
-        process = subprocess.Popen(command, cwd=root_dir, env=_lab_env(state_dir, env, theme), stdout=log,
+        process = subprocess.Popen(command, cwd=root_dir, env=lab_env, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
     server = LabServer(port=port, token=token, root_dir=root_dir, log_path=log_path, process=process)
     try:

@@ -6,7 +6,9 @@ showed as text, ``run`` does both; ``wait_for_text`` waits for a running cell to
 :func:`run_cell` is the one loop for a test that drives a kernel client itself: a cell's reply
 and every message it sent, in order. The kernel imports the package of the repository this file
 lives in (``PYTHONPATH``) and sees only ``home`` as its home directory, whose config sets
-``tools.approval`` to ``"never"`` unless the test passes another ``approval`` (or ``None``).
+``tools.approval`` to ``"never"`` unless the test passes another ``approval`` (or ``None``), and
+which trusts the project's ``.soba/config.json`` as it is at the start unless ``trust=False``
+(the tests of workspace trust itself).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from jupyter_client import KernelManager
 
-__all__ = ["REPO", "Kernel", "fake_server_project", "run_cell"]
+__all__ = ["REPO", "Kernel", "fake_server_project", "run_cell", "trust_project_config"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,6 +37,17 @@ def fake_server_project(tmp_path: Path, base_url: str, **compaction: object) -> 
         "model": {"provider": "openai", "model": "gpt-4o-mini", "baseUrl": base_url, "apiKeyEnv": "SOBA_TEST_KEY"},
         "compaction": compaction}))
     return project
+
+
+def trust_project_config(project: Path, home: Path) -> None:
+    """``home``'s user trusts ``project``'s ``.soba/config.json`` as it is now, as ``%soba trust`` records it
+    (tests of other things use a project config that names the loopback server)."""
+    from soba_notebook.config import project_trust
+    from soba_notebook.trust import record_trust
+
+    report = project_trust(project, home=home)
+    if report is not None:
+        record_trust(report.trust, home)
 
 
 def run_cell(kc: Any, code: str, timeout: float = 120) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -73,10 +86,12 @@ class Kernel:
     long a cell may run unless told otherwise."""
 
     def __init__(self, project: Path, home: Path, env: Mapping[str, str] | None = None,
-                 timeout: float = 120, approval: str | None = "never") -> None:
+                 timeout: float = 120, approval: str | None = "never", trust: bool = True) -> None:
         home.mkdir(parents=True, exist_ok=True)
         if approval is not None:  # tests of other things run without questions no one would answer
             _set_home_approval(home, approval)
+        if trust:
+            trust_project_config(project, home)
         self.timeout = timeout
         self.km = KernelManager(kernel_name="python3")
         full_env = {**os.environ, "HOME": str(home), "NO_PROXY": "*",

@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 from ci_support import unavailable
+from kernel_support import trust_project_config
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL = REPO / "build" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -227,3 +228,15 @@ def project_config(server: LocalServer | LlamaServer, **compaction: object) -> d
         "agent": {"maxStepsPerTurn": 4, "maxRepeatedToolCalls": 2},
         "tools": {"approval": "never"},  # the tier checks the model protocol; no one answers questions here
     }
+
+
+def open_trusted_agent(project: Path, **options: Any) -> Any:
+    """``open_agent(project, ...)`` with a home of the test's own (beside ``project``) that trusts the
+    project's config, as a user who pointed it at the local server would: its ``model.baseUrl`` is
+    honoured (docs/SECURITY.md, "Workspace trust")."""
+    from soba_notebook.agent.project import open_agent
+    from soba_notebook.config import load_config
+
+    home = project.parent / "home"
+    trust_project_config(project, home)
+    return open_agent(project, config=load_config(project_dir=project, home=home), **options)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from IPython.core.interactiveshell import InteractiveShell
+from kernel_support import trust_project_config
 from test_magics import shell  # noqa: F401  (the magics' one shell fixture)
 
 from soba_notebook.config import SobaConfig, load_config
@@ -73,11 +74,13 @@ def test_a_config_edited_during_a_session_applies_at_the_next_turn_or_says_when(
     model = {"provider": "openai", "model": "gpt-4o-mini", "baseUrl": fake_server.openai_base_url,
              "apiKeyEnv": "SOBA_TEST_KEY", "contextWindow": 128000, "maxOutputTokens": 4000}
     cfg = _write(tmp_path / ".soba" / "config.json", json.dumps({"model": model}))
+    trust_project_config(tmp_path, tmp_path / "home")  # and each edit below: the user trusts it again
     fake_server.openai.enqueue(text="one")
     shell.run_line_magic("soba", "first")
     capsys.readouterr()
     cfg.write_text(json.dumps({"model": {**model, "model": "gpt-4o", "temperature": 0.5},
                                "tools": {"allowShell": False}}))
+    trust_project_config(tmp_path, tmp_path / "home")
     fake_server.openai.enqueue(text="two")
     shell.run_line_magic("soba", "second")
     out = capsys.readouterr().out

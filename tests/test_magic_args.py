@@ -11,6 +11,7 @@ import pytest
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
+from kernel_support import trust_project_config
 from test_magics import shell  # noqa: F401  (the magics' one shell fixture)
 
 import soba_notebook
@@ -77,6 +78,7 @@ def test_compact_instructions_are_free_text_with_quotes_kept_as_typed(shell: Int
         "model": {"provider": "openai", "model": "gpt-4o-mini", "baseUrl": fake_server.openai_base_url,
                   "apiKeyEnv": "SOBA_TEST_KEY", "contextWindow": 128000, "maxOutputTokens": 4000},
         "compaction": {"keepRecentTokens": 200}}))
+    trust_project_config(tmp_path, tmp_path / "home")
     for i in range(3):
         fake_server.openai.enqueue(text=f"answer {i} " + "words " * 400)
         shell.run_line_magic("soba", f"question {i}")

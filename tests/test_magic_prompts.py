@@ -15,7 +15,7 @@ import pytest
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from kernel_support import Kernel, run_cell
+from kernel_support import Kernel, run_cell, trust_project_config
 from test_magics import shell  # noqa: F401  (the magics' one shell fixture)
 
 from soba_notebook.notebook import _LOADED, verbatim
@@ -212,6 +212,7 @@ def test_stop_during_a_background_turn_cancels_it(shell: InteractiveShell, tmp_p
     (tmp_path / ".soba" / "config.json").write_text(json.dumps({"model": {
         "provider": "openai", "model": "gpt-4o-mini", "baseUrl": fake_server.openai_base_url,
         "apiKeyEnv": "SOBA_TEST_KEY"}}))
+    trust_project_config(tmp_path, tmp_path / "home")
     fake_server.openai.enqueue(text="still thinking", hold_open=True)  # runs until the client leaves
     shell.run_line_magic("soba", "--background take your time")
     fake_server.wait_for_requests(1)

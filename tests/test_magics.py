@@ -11,6 +11,7 @@ import pytest
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
+from kernel_support import trust_project_config
 
 from soba_notebook.notebook import controller as controller_module
 from soba_notebook.notebook.magics import SobaMagics
@@ -41,6 +42,7 @@ def _use_fake_server(tmp_path: Path, server: FakeServer, **compaction: object) -
         "model": {"provider": "openai", "model": "gpt-4o-mini", "baseUrl": server.openai_base_url,
                   "apiKeyEnv": "SOBA_TEST_KEY", "contextWindow": 128000, "maxOutputTokens": 4000},
         "compaction": compaction}))
+    trust_project_config(tmp_path, tmp_path / "home")  # the user trusts their own loopback server
 
 
 def _soba_outputs(shell: InteractiveShell, capsys: pytest.CaptureFixture[str], *lines: str) -> list[str]:

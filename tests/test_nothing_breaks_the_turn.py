@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from agent_support import make_agent
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
+from kernel_support import trust_project_config
 
 from soba_notebook.agent.project import open_agent
 from soba_notebook.agent.tools import Tool, ToolContext, ToolOutcome, ToolRegistry, ToolResult, default_tools
@@ -182,6 +183,7 @@ def _project_with_workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, wor
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("SOBA_TEST_CODE", str(home / "code"))
     (project / ".soba" / "config.json").write_text(json.dumps({"tools": {"workspace": workspace}}))
+    trust_project_config(project, home)
     return home, project
 
 

@@ -38,12 +38,12 @@ from realmodel_support import (
     LLAMA_SERVER_PREDICT,
     LlamaServer,
     LocalServer,
+    open_trusted_agent,
     project_config,
     running_llama_server,
     running_server,
 )
 
-from soba_notebook.agent.project import open_agent
 from soba_notebook.agent.tools import default_tools
 from soba_notebook.cancel import CancelToken
 from soba_notebook.compaction.extract import extract_facts
@@ -267,7 +267,7 @@ def test_timeout_ms_aborts_a_real_summary_request_and_a_degraded_capsule_is_buil
     config = project_config(server, timeoutMs=150, keepRecentTokens=200)
     config["model"]["stream"] = "always"  # type: ignore[index]  # the server logs a streamed request's abort
     project = _project(tmp_path, config)
-    agent = open_agent(project).agent
+    agent = open_trusted_agent(project).agent
     # The history is written, not asked of the model: what a 135M model does in two turns (its path
     # changes with the workspace path in its prompt) decided whether anything was old enough to
     # compact or whether a capsule would shorten it, and the compact was rightly skipped in 3 of 5
@@ -308,7 +308,7 @@ def test_cancel_while_the_real_model_answers_leaves_a_consistent_transcript_and_
     # next turn's own growth rightly compacted at its hard limit (fresh-clone CI run 6).
     config["agent"] = {"maxStepsPerTurn": 1}
     project = _project(tmp_path, config)
-    agent = open_agent(project).agent
+    agent = open_trusted_agent(project).agent
     cancel = CancelToken()
     # llama-cpp-python logs "Llama.generate: N prefix-match hit" when it starts generating,
     # llama-server "launch_slot_: ... processing task"

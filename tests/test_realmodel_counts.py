@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kernel_support import trust_project_config
 from realmodel_support import (
     MODEL_ALIAS,
     TOOL_TEMPLATE,
@@ -86,6 +87,7 @@ def _run_turns(project: Path, home: Path, server: Server, prompts: tuple[str, ..
 
     events: list[Event] = []
     results = []
+    trust_project_config(project, home)  # its user points it at the local server
     handle = open_agent(project, config=load_config(home=home, project_dir=project))
     handle.agent.bus.subscribe(events.append)
     if asked is not None:

@@ -29,10 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from realmodel_support import LocalServer, project_config, running_server
+from realmodel_support import LocalServer, open_trusted_agent, project_config, running_server
 
 from soba_notebook import views
-from soba_notebook.agent.project import open_agent
 from soba_notebook.compaction import CompactionOutcome
 from soba_notebook.flight import read_flight_records
 from soba_notebook.session import assistant_message, user_message
@@ -93,7 +92,7 @@ def test_explicit_compactions_never_grow_the_context_and_their_after_figure_is_t
     # One request a turn: the turns only calibrate the count and give the server's next count.
     config["agent"] = {"maxStepsPerTurn": 1}
     project = _project(tmp_path, config)
-    handle = open_agent(project)
+    handle = open_trusted_agent(project)
     agent = handle.agent
     #: per compaction: (outcome, calibrated tokens of what the next turn appended before its request)
     compactions: list[tuple[CompactionOutcome, int]] = []
@@ -161,7 +160,7 @@ def test_explicit_compactions_never_grow_the_context_and_their_after_figure_is_t
     for figure in completed:
         assert figure[4] is not None and abs(figure[4][2]) <= 100 * AFTER_TOLERANCE, figures
     # item 7: a fresh agent on the same session shows the same last compaction and the same figure
-    reopened = open_agent(project, session=agent.store.id)
+    reopened = open_trusted_agent(project, session=agent.store.id)
     try:
         fresh = reopened.agent.engine.publish()
     finally:
@@ -186,7 +185,7 @@ def test_a_soft_summary_is_thrown_away_only_when_the_prediction_was_optimistic_a
     config = project_config(server, keepRecentTokens=300, minTokensForAutoCompact=1000,
                             autoCompactThresholdRatio=0.3)
     project = _project(tmp_path, config)
-    handle = open_agent(project)
+    handle = open_trusted_agent(project)
     agent = handle.agent
     if not predict:
         agent.engine.parts = dataclasses.replace(agent.engine.parts, predictor=None)  # an agent open_agent built

@@ -28,10 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from realmodel_support import TOOL_TEMPLATE, LlamaServer, project_config, running_llama_server
+from realmodel_support import TOOL_TEMPLATE, LlamaServer, open_trusted_agent, project_config, running_llama_server
 from test_realmodel_llama_server import _entries, _rendered
 
-from soba_notebook.agent.project import open_agent
 from soba_notebook.providers.openai import to_openai_messages, to_openai_tools
 from soba_notebook.providers.tool_protocol import to_protocol_messages
 from soba_notebook.session.entries import Entry
@@ -62,7 +61,7 @@ class Run:
                            "allowPython": False, "allowWrite": False}
         (self.project / ".soba" / "config.json").write_text(json.dumps(config))
         (self.project / "code.txt").write_text(f"The code word is {self.word}.\n")
-        handle = open_agent(self.project, new=True)
+        handle = open_trusted_agent(self.project, new=True)
         try:
             self.result = asyncio.run(handle.agent.run_turn(TASK))
             self.system = handle.agent.system_prompt()

@@ -17,6 +17,7 @@ from typing import Any
 
 from agent_support import is_summary_request
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401  (the `fake_server` fixture)
+from kernel_support import trust_project_config
 
 from soba_notebook.agent.project import AgentHandle, open_agent
 from soba_notebook.relearn import relearn_calibration
@@ -34,6 +35,7 @@ def _project(tmp_path: Path, base_url: str) -> Path:
         "model": {"provider": "openai", "model": "gpt-4o-mini", "baseUrl": base_url, "apiKeyEnv": "SOBA_TEST_KEY"},
         "compaction": {"auto": False, "keepRecentTokens": 300},
         "tools": {"workspace": str(project)}}))
+    trust_project_config(project, tmp_path / "home")  # the HOME the tests set
     (project / "notes.txt").write_text(NOTES)
     return project
 

@@ -16,10 +16,9 @@ from soba_notebook.demo.scripted import ScriptedModel
 
 
 def test_the_estimate_of_every_agent_request_is_its_exact_count_on_the_offline_model(tmp_path: Path) -> None:
-    (tmp_path / ".soba").mkdir()
-    (tmp_path / ".soba" / "config.json").write_text('{"tools": {"approval": "never"}}')  # no one answers here
     provider = RecordingProvider(ScriptedModel())
-    handle = open_agent(tmp_path, provider=provider)  # type: ignore[arg-type]
+    handle = open_agent(tmp_path, provider=provider,  # type: ignore[arg-type]
+                        overrides={"tools": {"approval": "never"}})  # no one answers here
     result = asyncio.run(handle.agent.run_turn("start the demo"))
     assert result.outcome == "completed"
     sent = [r for r in provider.sent if r.purpose == "agent"]

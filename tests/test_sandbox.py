@@ -27,6 +27,7 @@ import pytest
 from agent_support import make_agent
 from ci_support import unavailable
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
+from kernel_support import trust_project_config
 
 from soba_notebook.agent.sandbox import bwrap_argv, hidden_in_sandbox, sandbox_env
 from soba_notebook.agent.tools import ToolContext, ToolOutcome, default_tools
@@ -139,6 +140,7 @@ def test_sandbox_defaults_to_none_and_an_unknown_value_is_a_config_error_naming_
     f.parent.mkdir()
     for bad in ("firejail", True):
         f.write_text(json.dumps({"tools": {"sandbox": bad}}))
+        trust_project_config(tmp_path, tmp_path / "h")  # an untrusted one is ignored, not read
         with pytest.raises(ConfigError) as info:
             load_config(home=tmp_path / "h", project_dir=tmp_path)
         msg = str(info.value)

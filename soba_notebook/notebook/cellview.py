@@ -198,6 +198,7 @@ _STATUS_LABELS = (
     ("auto_compact", "auto-compaction"), ("pending_intents", "pending intents"), ("active_skills", "active skills"),
     ("last_compaction", "last compaction"), ("skip_note", "skipped since"), ("last_turn", "last turn"),
     ("provider_notes", "model server"), ("approval", "approval"),
+    ("project_config", "project config"),
 )
 
 

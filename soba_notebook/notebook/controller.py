@@ -59,6 +59,7 @@ from .cell_history import CellHistory, note_text
 from .display import CompactionSummary, Frontend, budget_line, detect_frontend, skip_text
 from .live import CellRenderer
 from .live_notebook import LiveNotebooks
+from .workspace_trust import WarningRegistry, config_saying_trust, trust_status
 
 __all__ = ["OFFLINE_NOTICE", "NotebookSession"]
 
@@ -115,6 +116,8 @@ class NotebookSession:
         self.last_result: TurnResult | None = None
         self.notices: list[str] = []
         self._deferred_said: dict[str, Any] = {}
+        self._trust_said: set[str] = set()  # the untrusted-settings lines already printed
+        self._warned: WarningRegistry = {}  # Python's "once" record for the config's other warnings
         self._provider_notes_shown = 0
         self.cell_history = CellHistory()
         self._background_queues: set[int] = set()  # ids of the event queues of background turns
@@ -122,7 +125,10 @@ class NotebookSession:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def config(self) -> SobaConfig:
-        return load_config(project_dir=self.project_dir, overrides=self.overrides or None)
+        """The config as the files and this kernel's overrides say now; a project config's untrusted
+        settings are named in one line, once (notebook/workspace_trust.py)."""
+        return config_saying_trust(lambda: load_config(project_dir=self.project_dir, overrides=self.overrides or None),
+                                   self._trust_said, self._warned)
 
     def ensure(self, *, session: str | None = None, new: bool = False, take_over: bool = False) -> AgentHandle:
         """The kernel's agent: opened on first use on a new session of its own; with ``session``
@@ -500,6 +506,7 @@ class NotebookSession:
             "last_turn": self.last_result.outcome if self.last_result else None,
             "provider_notes": list(handle.agent.provider.warnings),
             "approval": _approval_status(handle.agent),
+            "project_config": trust_status(self.project_dir),
         }
 
     def apply_config_edits(self) -> ConfigEdit | None:

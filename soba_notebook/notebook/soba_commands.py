@@ -1,5 +1,5 @@
 """The ``%soba`` subcommands (``status``, ``sessions``, ``resume``, ``rewind``, ``stop``,
-``checkpoint``, ``skill``, ``config``, ``approval``): one table of declarations and one small function each.
+``checkpoint``, ``skill``, ``config``, ``approval``, ``trust``): one table of declarations and one small function each.
 
 The table (:data:`COMMANDS`) is what ``%soba`` dispatches through and what its help lists
 (:mod:`.magic_args`); each function is thin glue over :class:`~.controller.NotebookSession`.
@@ -121,6 +121,12 @@ def _approval(s: NotebookSession, args: Parsed) -> None:
           + (f" · {change.words}" if change is not None and change.when != "now" else ""))
 
 
+def _trust(s: NotebookSession, args: Parsed) -> None:
+    from .workspace_trust import trust_command
+
+    trust_command(s.project_dir, session_open=s.handle is not None, revoke=args.has("--revoke"))
+
+
 def _config(s: NotebookSession, args: Parsed) -> None:
     print(json.dumps(s.config().to_json(), indent=2))
 
@@ -192,4 +198,7 @@ COMMANDS = Table("%soba", (
     Command("config", words=(0, 0), summary="the effective configuration (no secrets)", run=_config),
     Command("approval", "[ask|edits|never]", "who asks before the agent acts (tools.approval), for this session",
             words=(0, 1), choices=("ask", "edits", "never"), run=_approval),
+    Command("trust", "[--revoke]", "honour the settings of this project's .soba/config.json that need trust "
+            "(approval, sandbox, workspace, model server); a changed file asks again", words=(0, 0),
+            flags=(Flag("--revoke", "stop honouring them"),), run=_trust),
 ), note=PROMPT_NOTE)
