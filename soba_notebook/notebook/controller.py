@@ -500,6 +500,8 @@ class NotebookSession:
             "last_turn": self.last_result.outcome if self.last_result else None,
             "provider_notes": list(handle.agent.provider.warnings),
             "approval": _approval_status(handle.agent),
+            # immutable values swapped on the agent's thread: reading them here never races a request
+            "cost": handle.agent.spend.ledger.to_event(),
         }
 
     def apply_config_edits(self) -> ConfigEdit | None:
