@@ -23,11 +23,13 @@
 //   data-notice        "1" while a transient note (a retried request) is shown
 //   data-fresh         "1" for a few seconds after a compaction completed (the line is highlighted)
 //   data-compactions   how many completed compactions the history strip shows
+//   data-cost          priced | local | unknown: the session's cost status ("" before the first request)
 // The history strip (.soba-budget__strip) holds one chip per recent completed compaction
 // (.soba-budget__chip, trigger and reclaimed %); a skipped compaction is one dim line
 // (.soba-budget__skip) and never replaces the last compaction. A retried request is a transient
 // note (.soba-budget__notice, data-notice="1"), never the red error line (.soba-budget__error),
-// which shows only a final error and is gone when the next turn starts.
+// which shows only a final error and is gone when the next turn starts. The cost line
+// (.soba-budget__cost) is Python's words (pricing.spend_text): the session's and the last turn's cost.
 
 const FRESH_MS = 4000;
 
@@ -126,13 +128,16 @@ function build(root) {
   const sparkDot = svg("circle", { class: "soba-budget__spark-dot", r: 2 }, spark);
   const sparkLabel = h("span", "soba-budget__spark-label", footer);
 
+  const cost = h("span", "soba-budget__cost", footer);
+  cost.setAttribute("aria-label", "cost in money");
+
   const notice = h("div", "soba-budget__notice", box);
   const error = h("div", "soba-budget__error", box);
 
   return {
     box, session, source, effective, hard, usage, limits, bar, fill, softMark, progress,
     progressText, progressBar, progressFill, last, lastText, skip, strip, footer, spark, sparkHard, sparkSoft,
-    sparkLine, sparkDot, sparkLabel, notice, error,
+    sparkLine, sparkDot, sparkLabel, cost, notice, error,
   };
 }
 
@@ -257,6 +262,10 @@ function update(ui, s) {
   d.compactions = String(Array.isArray(s.compactions) ? s.compactions.length : 0);
   drawStrip(ui, s);
   markFresh(ui, lc);
+
+  ui.cost.hidden = !s.cost_text;
+  ui.cost.textContent = s.cost_text ? `Cost: ${s.cost_text}` : "";
+  d.cost = s.cost && s.cost.session && s.cost.requests ? s.cost.session.status || "" : "";
 
   ui.notice.hidden = !s.notice;
   ui.notice.textContent = s.notice || "";

@@ -4,7 +4,8 @@ The engine emits plain :class:`Event` values; it knows none of its subscribers. 
 the closed set in :data:`EVENT_TYPES`: DESIGN.md's ten ("Events") plus the three that say what an
 inference is doing while nothing else moves (``request_start``: the request is out;
 ``response_start``: the model's reply began, or a new tool call in it; ``retry``: a failed attempt
-is retried, a transient note and never an error). A subscriber that raises is reported once
+is retried, a transient note and never an error) and ``cost``: what the session and its last turn
+have cost in money, after every priced request. A subscriber that raises is reported once
 through the ``error`` event and never breaks the agent.
 """
 
@@ -21,7 +22,7 @@ __all__ = ["EVENT_TYPES", "Event", "EventBus", "Subscriber"]
 EVENT_TYPES = frozenset({
     "turn_start", "message_delta", "tool_start", "tool_end", "budget",
     "compaction_start", "compaction_progress", "compaction_end", "turn_end", "error",
-    "request_start", "response_start", "retry",
+    "request_start", "response_start", "retry", "cost",
 })
 
 

@@ -2,7 +2,8 @@
 
 Runs tests/data/widget_demo.ipynb (a synthetic session fed from a background thread) through
 "Run > Run All Cells", records what the widget's root element showed while the compaction ran,
-then checks the final numbers and saves test-artifacts/budget_widget.png.
+then checks the final numbers (tokens, and the cost of every request priced as gpt-4o-mini from the
+bundled genai-prices table) and saves test-artifacts/budget_widget.png.
 
 Needs /usr/bin/chromium, playwright and jupyterlab: run scripts/install-browser.sh. When they are
 missing this test FAILS with that instruction; it is never skipped.
@@ -75,6 +76,7 @@ def _inspect(notebook: LabNotebook) -> dict[str, Any]:
         "numbers": root.locator(".soba-budget__numbers").inner_text(),
         "source": root.locator(".soba-budget__source").inner_text(),
         "last": root.locator(".soba-budget__last-text").inner_text(),
+        "cost": root.locator(".soba-budget__cost").inner_text(),
         "progress_hidden": root.locator(".soba-budget__progress").evaluate("(el) => el.hidden"),
         "spark_points": root.locator(".soba-budget__spark-line").get_attribute("points") or "",
         "seen": notebook.page.evaluate("() => window.__sobaSeen || []"),
@@ -108,7 +110,15 @@ def test_budget_widget_renders_live_compaction_and_final_numbers_in_jupyterlab(t
     assert result["numbers"].replace("\n", "") == (
         "13,402 / 48,808 tokens (27.5%) · soft 39,046 · window 65,000")
     assert result["source"] == "provider usage"
-    assert result["last"] == "auto_threshold · 41,230 → 12,877 tokens · reclaimed 68.8% · ck_ab12cd"
+    # gpt-4o-mini: $0.15/MTok input, $0.075/MTok cached input, $0.60/MTok output (genai-prices 0.2.5).
+    # The summary: 41,230 in × 0.15/1e6 + 1,800 out × 0.6/1e6 = 0.0061845 + 0.00108 = $0.0072645.
+    assert result["last"] == ("auto_threshold · 41,230 → 12,877 tokens · reclaimed 68.8% · ck_ab12cd"
+                              " · summary cost $0.0073")
+    # 14 requests, half of each prompt cached: 174,712 uncached × 0.15/1e6 = 0.0262068, 174,710 cached
+    # × 0.075/1e6 = 0.01310325, 5,600 out × 0.6/1e6 = 0.00336, plus the summary: $0.04993455.
+    # The last turn: the summary and one request of 13,402 (6,701 + 6,701 cached, 400 out): $0.009012225.
+    assert result["cost"] == "Cost: $0.0499 this session, $0.0090 last turn"
+    assert attrs.get("cost") == "priced"
     assert result["progress_hidden"] is True
     assert len(result["spark_points"].split()) == 14  # one point per inference
 

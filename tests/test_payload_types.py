@@ -41,7 +41,8 @@ EVENT_PAYLOADS = {"budget": payloads.BudgetPayload, "compaction_start": payloads
                   "turn_end": payloads.TurnEndPayload, "message_delta": payloads.MessageDeltaPayload,
                   "tool_start": payloads.ToolStartPayload, "tool_end": payloads.ToolEndPayload,
                   "error": payloads.ErrorPayload, "request_start": payloads.RequestStartPayload,
-                  "response_start": payloads.ResponseStartPayload, "retry": payloads.RetryPayload}
+                  "response_start": payloads.ResponseStartPayload, "retry": payloads.RetryPayload,
+                  "cost": payloads.CostPayload}
 
 
 def fields(typed: Any) -> set[str]:

@@ -38,6 +38,7 @@ from ..config import SobaConfig
 from ..errors import CompactionFailed, ContextOverflowError, ProviderError, SessionError, SobaError, TurnCancelled
 from ..events import EventBus
 from ..flight import FlightRecorder
+from ..pricing import server_address
 from ..providers.base import (
     ModelRequest,
     ModelResponse,
@@ -82,6 +83,7 @@ from .confine import check_workspace_root
 from .exact_count import ExactCounts
 from .rendering import RenderingLearner, relearn_rendering
 from .skills import SkillRegistry
+from .spend import SpendMeter, provider_base_url
 from .tools import ToolContext, ToolRegistry, default_tools
 
 __all__ = ["READ_ONLY_TOOLS", "SYSTEM_PROMPT", "Agent", "TurnResult"]
@@ -155,8 +157,10 @@ class Agent:
         self.summary_provider = capable(summary_provider) if summary_provider not in (None, provider) else self.provider
         summarizer = ModelSummarizer(self._summary_complete, self.counter, context_window=config.model.context_window)
         summarizer.fit(config.model.context_window)
+        #: what the session's requests cost in money (agent/spend.py)
+        self.spend = SpendMeter(store, self.bus)
         self.engine = CompactionEngine(store, config, self.counter, EngineParts(
-            self.bus, summarizer, flight=flight, kernel_state=kernel_state,
+            self.bus, summarizer, flight=flight, kernel_state=kernel_state, summary_cost=self.spend.ledger.take_summary,
             count_text=self.provider.count_text_tokens,  # a capsule's text as the server counts it
             scrub=lambda v: self._scrubber.merged(self._fresh_scrubber()).json(v)))  # the turn's secrets and now's
         self._exact = ExactCounts(self.engine.tracker, self.counter, flight)
@@ -279,6 +283,7 @@ class Agent:
         self.tool_context.cancel = cancel
         self.refresh_secrets()
         self.approvals.follow(self.store)  # the session rules of the path as it is now (rewind)
+        self.spend.start_turn()
         self.bus.emit("turn_start", **TurnStartPayload(session_id=self.store.id, prompt=prompt[:200],
                                                        provider=self.provider.label))
         run = _TurnRun()
@@ -482,10 +487,13 @@ class Agent:
             self.engine.tracker.observe_usage(estimated, response.usage.prompt_tokens)
             self._rendering.after_reply(self.engine.tracker, self._request_span, response.usage.prompt_tokens,
                                         self.provider.rendering_hint)
-        return self._append(assistant_message(
+        entry = self._append(assistant_message(
             response.text, response.tool_calls, usage=response.usage, model=response.model or request.model,
             provider=self.provider.name, stop_reason=response.stop_reason, thinking=response.thinking or None,
-            context_key=context_key, estimated_input=request.estimated_input_tokens))
+            context_key=context_key, estimated_input=request.estimated_input_tokens,
+            server=server_address(provider_base_url(self.provider))))
+        self.spend.reply(entry)
+        return entry
 
     async def _run_tools(self, response: ModelResponse, cancel: CancelToken, written: list[str],
                          repeats: Counter[str]) -> str:
@@ -591,6 +599,7 @@ class Agent:
                                    self.counter.count_text(call.system) + self.counter.count_text(call.prompt)),
                                summary_source=SummarySource(call.entries, previous))
         response = await self.summary_provider.complete(request)
+        self.spend.summary(self.summary_provider, response.model or model, response.usage)
         return response.text
 
 

@@ -19,6 +19,7 @@ from ..agent.approval import Rule
 from ..compaction.capsule_entry import capsule_message
 from ..errors import SessionError
 from ..flight import read_flight_records
+from ..pricing import entry_cost, stamp_time
 from ..session.context import build_context, first_kept_index
 from ..session.entries import Entry
 from ..session.payloads import capsule_data, message_data
@@ -57,7 +58,7 @@ __all__ = [
 
 TRANSCRIPT_COLUMNS = ("id", "parent_id", "type", "role", "tool_name", "tokens", "tokens_source", "ts",
                       "in_context", "on_path", "covered_by", "line", "detail", "verdict", "decided_by", "subject",
-                      "reason")
+                      "reason", "cost_usd", "cost_status")
 #: The verdicts of ``approval`` entries (agent/approval.py ``Verdict``), the ``verdict`` column's categories.
 _VERDICTS = ["once", "session", "deny", "timeout", "cancelled"]
 CAPSULE_COLUMNS = ("checkpoint_id", "trigger", "quality", "tokens_before", "tokens_after", "reclaimed_tokens",
@@ -143,6 +144,11 @@ def transcript(session: SessionLike) -> pd.DataFrame:
                                        it), ``timeout``, ``headless`` (no one could), ``error``
     subject    string                  what was asked about: the command, the code, the path
     reason     string                  a denial's reason as given (``<NA>`` when none)
+    cost_usd   float64                 an assistant reply's cost in dollars, priced from its
+                                       recorded usage, model and server at the rates of its day
+                                       (:mod:`soba_notebook.pricing`); 0 for a local model; NaN
+                                       when unknown or not a priced request
+    cost_status category               ``priced``, ``local`` or ``unknown`` (``<NA>``: no request)
     ========== ======================= ==========================================================
     """
     snap = snapshot(session)
@@ -170,6 +176,8 @@ def transcript(session: SessionLike) -> pd.DataFrame:
     deciders: list[str | None] = [None] * n
     subjects: list[str | None] = [None] * n
     reasons: list[str | None] = [None] * n
+    costs: list[float | None] = [None] * n
+    cost_states: list[str | None] = [None] * n
     for i, entry in enumerate(snap.entries):
         ids[i] = entry.id
         parents[i] = entry.parent_id
@@ -187,6 +195,9 @@ def transcript(session: SessionLike) -> pd.DataFrame:
                     tools[i] = name if isinstance(name, str) else None
                     details[i] = describe_result(msg)
                 elif role == "assistant":
+                    if (cost := entry_cost(msg, stamp_time(entry.ts))) is not None:
+                        costs[i] = float(cost.usd) if cost.usd is not None else None
+                        cost_states[i] = cost.status
                     calls = msg.get("toolCalls")
                     if calls:
                         tools[i] = ",".join(str(c.get("name", "")) for c in calls if isinstance(c, Mapping))
@@ -224,6 +235,8 @@ def transcript(session: SessionLike) -> pd.DataFrame:
         "decided_by": pd.Series(deciders, dtype="string"),
         "subject": pd.Series(subjects, dtype="string"),
         "reason": pd.Series(reasons, dtype="string"),
+        "cost_usd": pd.Series(costs, dtype="float64"),
+        "cost_status": pd.Series(cost_states, dtype=pd.CategoricalDtype(["priced", "local", "unknown"])),
     }, columns=list(TRANSCRIPT_COLUMNS))
 
 
@@ -235,18 +248,19 @@ def _call_words(call: Mapping[str, Any]) -> str:
 
 # -- flight records -------------------------------------------------------------------------------
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
-_CATEGORY_FIELDS = {"kind", "trigger", "outcome", "quality", "source"}
+_CATEGORY_FIELDS = {"kind", "trigger", "outcome", "quality", "source", "summary_cost_status"}
 #: Fields of the records the engine writes (budget checks, compactions), always present as columns.
 FLIGHT_COLUMNS = ("kind", "ts", "session_id", "inference", "effective", "hard_limit", "soft_limit", "context_window",
                   "source", "operation_id", "trigger", "outcome", "reason", "tokens_before", "tokens_after",
                   "reclaimed_tokens", "reclaimed_percent", "checkpoint_id", "duration_ms", "quality",
                   "generated", "skipped_before_generation", "predicted_after", "measured_after",
-                  "summary_input_tokens", "summary_output_tokens", "wasted_ms", "wasted_tokens")
+                  "summary_input_tokens", "summary_output_tokens", "wasted_ms", "wasted_tokens",
+                  "summary_cost_usd", "summary_cost_status")
 _INT_FIELDS = {"inference", "effective", "hard_limit", "soft_limit", "context_window", "tokens_before",
                "tokens_after", "reclaimed_tokens", "duration_ms", "estimated", "predicted_after", "measured_after",
                "summary_input_tokens", "summary_output_tokens", "wasted_ms", "wasted_tokens"}
 _BOOL_FIELDS = {"generated", "skipped_before_generation"}
-_FLOAT_FIELDS = {"reclaimed_percent"}
+_FLOAT_FIELDS = {"reclaimed_percent", "summary_cost_usd"}
 _STRING_FIELDS = {"session_id", "operation_id", "reason", "checkpoint_id"}
 
 
@@ -353,7 +367,10 @@ def flight_records(path_or_session: SessionLike) -> pd.DataFrame:
     ``reclaimed_percent`` (float64), ``checkpoint_id`` (string), ``duration_ms`` (Int64),
     ``quality`` (category); ``generated``, ``skipped_before_generation`` (boolean),
     ``predicted_after``, ``measured_after``, ``summary_input_tokens``, ``summary_output_tokens``,
-    ``wasted_ms``, ``wasted_tokens`` (Int64); then any other field of the records in order of
+    ``wasted_ms``, ``wasted_tokens`` (Int64), ``summary_cost_usd`` (float64: what the compaction's
+    summary requests cost in dollars; 0 for a local model, NaN when unknown or on older records)
+    and ``summary_cost_status`` (category: ``priced``, ``local``, ``unknown``;
+    :mod:`soba_notebook.pricing`); then any other field of the records in order of
     first appearance.
 
     The summary of a compaction: ``generated`` is true when a summary request

@@ -32,7 +32,7 @@ import asyncio
 import json
 import logging
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from ..budget import BudgetCheck, BudgetTracker
 from ..cancel import CancelToken, abandon
@@ -45,6 +45,7 @@ from ..session.model_input import ModelInputBuilder
 from ..session.payloads import (
     CompactionEndPayload,
     CompactionProgressPayload,
+    CostFields,
     Quality,
     capsule_data,
 )
@@ -554,15 +555,20 @@ class CompactionEngine:
         if result.outcome == "completed":
             self.bus.emit("compaction_progress", **CompactionProgressPayload(
                 operation_id=op.operation_id, phase="done", percent=100))
-        self.bus.emit("compaction_end", **result.to_event())
+        event = result.to_event()
+        spent = self.parts.summary_cost() if self.parts.summary_cost is not None else None
+        if spent is not None:
+            event["summary_cost"] = cast(CostFields, spent.to_json())
+        self.bus.emit("compaction_end", **event)
         if result.outcome == "skipped":
-            self._last_skip = result.to_event()
+            self._last_skip = event
         else:
-            self._last_done, self._last_skip = result.to_event(), None
+            self._last_done, self._last_skip = event, None
         if (gate := op.soft_retry_gate()) is not None:
             self._soft_retry_at = gate
         if self.parts.flight is not None:
-            self.parts.flight.record("compaction", result.flight_record(op.check))
+            self.parts.flight.record("compaction", {**result.flight_record(op.check),
+                                                    **(spent.to_record("summaryCost") if spent is not None else {})})
         self.last_outcome = result
         self.publish()  # the next request as SOBA will send it: what every display shows from now on
         return result

@@ -24,6 +24,7 @@ from typing import Any
 from ..budget import BudgetCheck
 from ..events import EventBus
 from ..flight import FlightRecorder
+from ..pricing import Cost
 from ..scrub import Scrubber
 from ..session.entries import Entry
 from ..session.payloads import CapsuleData, CompactionStartPayload, KernelStateData, Outcome, Quality
@@ -72,6 +73,9 @@ class EngineParts:
     #: the provider's exact count of a new capsule's text (compaction/capsule_count.py), where it has one
     count_text: TextCount | None = None
     clock: Callable[[], float] = time.monotonic
+    #: what the summary requests since the last call cost (the agent's :class:`~soba_notebook.pricing.CostLedger`),
+    #: taken once per operation for its ``compaction_end`` and flight record; ``None``: not priced
+    summary_cost: Callable[[], Cost | None] | None = None
     #: seconds between progress updates while a summary is generated
     progress_interval: float = 0.25
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..pricing import spend_text
 from ..textclip import head_tail, last_line
 from .display import CompactionSummary, format_tokens, skip_text
 
@@ -197,7 +198,7 @@ _STATUS_LABELS = (
     ("measured", "measured"),
     ("auto_compact", "auto-compaction"), ("pending_intents", "pending intents"), ("active_skills", "active skills"),
     ("last_compaction", "last compaction"), ("skip_note", "skipped since"), ("last_turn", "last turn"),
-    ("provider_notes", "model server"), ("approval", "approval"),
+    ("cost", "cost"), ("provider_notes", "model server"), ("approval", "approval"),
     ("project_config", "project config"),
 )
 
@@ -209,6 +210,8 @@ def _status_value(key: str, status: Mapping[str, Any]) -> str:
         return words + f" (soft {format_tokens(status.get('soft_limit'))}, {status.get('source') or 'not measured'})"
     if key == "skip_note":
         return str(value) if value else "none"
+    if key == "cost":
+        return spend_text(value if isinstance(value, Mapping) else None)
     if key == "last_compaction":
         if not value:
             return "none yet"

@@ -507,6 +507,8 @@ class NotebookSession:
             "provider_notes": list(handle.agent.provider.warnings),
             "approval": _approval_status(handle.agent),
             "project_config": trust_status(self.project_dir),
+            # immutable values swapped on the agent's thread: reading them here never races a request
+            "cost": handle.agent.spend.ledger.to_event(),
         }
 
     def apply_config_edits(self) -> ConfigEdit | None:

@@ -3,7 +3,7 @@
 Owns:
 
 * :class:`BudgetState` — a UI-free reducer over :class:`~soba_notebook.events.Event` values
-  (``budget``, ``compaction_*``, ``turn_*``, ``retry``, ``response_start``, ``error``) whose
+  (``budget``, ``compaction_*``, ``turn_*``, ``retry``, ``response_start``, ``error``, ``cost``) whose
   :meth:`~BudgetState.snapshot` is the JSON document the widget renders;
 * the lines both front ends show (:func:`budget_line`, :attr:`CompactionSummary.text`; the
   smaller words, :func:`progress_text`, :func:`retry_text` and the rest, live in
@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, TextIO, get_args
 
 from ..events import Event, EventBus
+from ..pricing import spend_text, summary_cost_text
 from ..session.payloads import Outcome
 from .words import as_float as _as_float
 from .words import as_int as _as_int
@@ -101,6 +102,8 @@ class CompactionSummary:
     quality: str | None = None
     source: str | None = None
     hard_limit: int | None = None
+    #: what its summary requests cost, in words (``summary cost $0.0004``; ``None``: none requested)
+    summary_cost: str | None = None
 
     @classmethod
     def from_event(cls, data: Mapping[str, Any], *, hard_limit: int | None = None) -> CompactionSummary:
@@ -131,6 +134,7 @@ class CompactionSummary:
             quality=_as_str(data.get("quality")),
             source=_as_str(data.get("source")),
             hard_limit=_as_int(data.get("hard_limit")) if data.get("hard_limit") is not None else hard_limit,
+            summary_cost=summary_cost_text(cost) if isinstance(cost := data.get("summary_cost"), Mapping) else None,
         )
 
     @property
@@ -173,6 +177,8 @@ class CompactionSummary:
             if self.tokens_before is not None:
                 parts.append(f"{format_tokens(self.tokens_before)} tokens kept")
             parts.append("no capsule appended")
+        if self.summary_cost:
+            parts.append(self.summary_cost)
         return " · ".join(parts)
 
     @property
@@ -237,6 +243,8 @@ class BudgetState:
         self.turn_outcome: str | None = None
         self.last_error: str | None = None
         self.notice: str | None = None
+        #: the last ``cost`` event: the session's and the last turn's cost (:mod:`soba_notebook.pricing`)
+        self.cost: dict[str, Any] | None = None
         self.version = 0
         self._handlers: dict[str, Callable[[Mapping[str, Any]], None]] = {
             "budget": self._on_budget,
@@ -248,6 +256,7 @@ class BudgetState:
             "error": self._on_error,
             "retry": self._on_retry,
             "response_start": self._clear_notice,
+            "cost": self._on_cost,
         }
 
     # -- reducer -----------------------------------------------------------------------------
@@ -339,6 +348,9 @@ class BudgetState:
         if self.phase != "compacting":
             self.phase = "idle"
 
+    def _on_cost(self, data: Mapping[str, Any]) -> None:
+        self.cost = dict(data)
+
     def _on_turn_end(self, data: Mapping[str, Any]) -> None:
         self.turn_active = False
         self.turn_outcome = _as_str(data.get("outcome"))
@@ -426,6 +438,8 @@ class BudgetState:
                 "turn_outcome": self.turn_outcome,
                 "last_error": self.last_error,
                 "notice": self.notice,
+                "cost": self.cost,
+                "cost_text": spend_text(self.cost) if self.cost else None,
             }
 
     def _zone(self) -> str:

@@ -270,18 +270,19 @@ def user_message(text: str, *, source: str | None = None) -> Entry:
 def assistant_message(text: str = "", tool_calls: Iterable[ToolCall] = (), *, usage: Usage | None = None,
                       model: str | None = None, provider: str | None = None, stop_reason: str | None = None,
                       thinking: str | None = None, context_key: str | None = None,
-                      estimated_input: int | None = None, partial: bool = False) -> Entry:
+                      estimated_input: int | None = None, partial: bool = False, server: str | None = None) -> Entry:
     """An assistant reply. ``context_key`` identifies the model input it answered (the capsule
     in force and its first kept entry), so the budget knows whether ``usage`` still describes a
     prefix of the next request. ``estimated_input`` is what SOBA's budget check held that
     request's size to be (provider usage plus a calibrated estimate of what was appended since,
     or the calibrated estimate alone), kept beside the provider's count so it can be checked.
-    ``partial`` marks the text a reply streamed before it was cancelled or broke off."""
+    ``partial`` marks the text a reply streamed before it was cancelled or broke off. ``server``:
+    where the request went (``scheme://host[:port]``), which prices it (:mod:`soba_notebook.pricing`)."""
     calls = [c.to_json() for c in tool_calls] or None
     return _message(role="assistant", content=text, toolCalls=calls,
                     usage=usage.to_json() if usage else None, model=model, provider=provider,
                     stopReason=stop_reason, thinking=thinking or None, contextKey=context_key,
-                    estimatedInput=estimated_input, partial=partial or None)
+                    estimatedInput=estimated_input, partial=partial or None, server=server)
 
 
 def tool_result(tool_call_id: str, name: str, content: str, *, is_error: bool = False,

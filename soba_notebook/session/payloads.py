@@ -35,6 +35,8 @@ __all__ = [
     "CompactionProgressPayload",
     "CompactionStartPayload",
     "ConfigData",
+    "CostFields",
+    "CostPayload",
     "ErrorPayload",
     "KernelStateData",
     "LeafData",
@@ -135,6 +137,7 @@ class MessageBody(TypedDict, total=False):
     contextKey: str
     estimatedInput: int
     partial: bool
+    server: str
     # tool result
     toolCallId: str
     name: str
@@ -280,6 +283,17 @@ class CompactionProgressPayload(TypedDict):
     percent: int
 
 
+class CostFields(TypedDict):
+    """A cost as the ``cost`` event and flight records carry it (:meth:`soba_notebook.pricing.Cost.to_json`):
+    ``usd`` a decimal string or ``None`` (no price), ``status`` ``priced``/``unknown``/``local``,
+    ``reason`` why it is unknown, ``text`` the cost in words (``$0.0123``, ``local: $0``)."""
+
+    usd: str | None
+    status: str
+    reason: str | None
+    text: str
+
+
 class CompactionEndPayload(TypedDict):
     """``compaction_end``: the terminal outcome of one operation (exactly one per operation)."""
 
@@ -295,6 +309,8 @@ class CompactionEndPayload(TypedDict):
     duration_ms: int
     quality: Quality | None
     source: BudgetSource
+    #: what the operation's summary requests cost (only when one was made and the agent prices them)
+    summary_cost: NotRequired[CostFields]
 
 
 class TurnStartPayload(TypedDict):
@@ -377,3 +393,13 @@ class RetryPayload(TypedDict):
     status: int | None
     reason: str
     detail: str
+
+
+class CostPayload(TypedDict):
+    """``cost``: what the session and its current (or last) turn have cost, after every priced
+    request (a turn's or a compaction summary's)."""
+
+    session: CostFields
+    last_turn: CostFields
+    #: priced requests of the session so far
+    requests: int
