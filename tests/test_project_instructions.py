@@ -102,3 +102,15 @@ def test_a_project_agents_md_linking_out_of_the_project_is_not_read(project: Pat
     assert loaded.files == ()
     assert "private notes" not in loaded.system_text()
     assert "./AGENTS.md not loaded: a link out of" in loaded.describe()
+
+
+def test_soba_status_lists_the_instruction_files_and_their_tokens(project: Path, tmp_path: Path,
+                                                                  fake_server: FakeServer) -> None:
+    from soba_notebook.notebook.cellview import status_lines
+
+    (project / "AGENTS.md").write_text(RULES)
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url)
+    described = agent.instructions.current.describe()
+    assert described == f"./AGENTS.md ({agent.counter.count_text(RULES)} tokens)"
+    assert any(line.startswith("instructions") and line.endswith(described)
+               for line in status_lines({"instructions": described}))
