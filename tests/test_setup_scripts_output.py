@@ -44,3 +44,25 @@ def test_editable_install_silences_the_setuptools_box_and_nothing_else(path: Pat
     other = _warn(quiet, EDITABLE_BOX, "setuptools: a real problem with your pyproject.toml")
     assert "a real problem" in other and "Editable" not in other and "*****" not in other
     assert "Editable" not in _warn(f"default,{quiet}", EDITABLE_BOX)  # after the user's filters, it still wins
+
+
+def test_local_model_quickstart_installs_only_llama_cpp_python(tmp_path: Path) -> None:
+    """``quickstart.sh --local-model`` serves with llama-cpp-python: it never waits for, or starts, a
+    llama-server build (run on a copy of the script, with llama-cpp-python and the model present)."""
+    quickstart = (REPO / "scripts" / "quickstart.sh").read_text()
+    call = re.search(r"^\s*bash scripts/install-local-model\.sh([^#\n]*)", quickstart, re.MULTILINE)
+    assert call, "quickstart.sh --local-model runs install-local-model.sh"
+    (tmp_path / "scripts").mkdir()
+    script = tmp_path / "scripts" / "install-local-model.sh"
+    script.write_text((REPO / "scripts" / "install-local-model.sh").read_text())
+    (tmp_path / "build" / "models").mkdir(parents=True)
+    (tmp_path / "build" / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(b"gguf")
+    python = tmp_path / "python"  # a Python on which `import llama_cpp.server` succeeds
+    python.write_text("#!/bin/sh\nexit 0\n")
+    python.chmod(0o755)
+    done = subprocess.run(["bash", str(script), *call.group(1).split(), str(python)], capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                                          "XDG_CACHE_HOME": str(tmp_path / "cache")}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "llama-server skipped" in done.stdout and "building llama-server" not in done.stdout
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "build" / "bin").exists()

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import traceback
+import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from ..compaction.kernel_section import KernelStateProvider
 from ..compaction.overflow import overflow_figures, request_tokens, retry_budget, retry_refusal
 from ..compaction.summarize import SummaryCall, capsule_schema
 from ..compaction.summary_budget import summary_window
-from ..config import SobaConfig
+from ..config import ConfigWarning, SobaConfig
 from ..errors import CompactionFailed, ContextOverflowError, ProviderError, SessionError, SobaError, TurnCancelled
 from ..events import EventBus
 from ..flight import FlightRecorder
@@ -81,10 +82,12 @@ from .approval import Approver
 from .approval_gate import ApprovalGate
 from .confine import check_workspace_root
 from .exact_count import ExactCounts
+from .instructions import InstructionsWatcher
 from .rendering import RenderingLearner, relearn_rendering
 from .skills import SkillRegistry
 from .spend import SpendMeter, provider_base_url
 from .tools import ToolContext, ToolRegistry, default_tools
+from .window_fit import fit_warnings
 
 __all__ = ["READ_ONLY_TOOLS", "SYSTEM_PROMPT", "Agent", "TurnResult"]
 
@@ -139,7 +142,8 @@ class Agent:
                  flight: FlightRecorder | None = None, user_namespace: dict[str, Any] | None = None,
                  summary_provider: Provider | None = None, counter: TokenCounter | None = None,
                  tools: ToolRegistry | None = None, approver: Approver | None = None,
-                 kernel_state: KernelStateProvider | None = None) -> None:
+                 kernel_state: KernelStateProvider | None = None,
+                 project_root: str | os.PathLike[str] | None = None) -> None:
         self.store = store
         self.config = config
         self.provider = capable(provider)  # every capability answered (providers/capabilities.py)
@@ -152,6 +156,11 @@ class Agent:
         self.tools = tools or default_tools(config.tools)
         self.skills = SkillRegistry(self.workspace)
         self._restore_skills()
+        #: ~/.soba/AGENTS.md and the project's AGENTS.md (or CLAUDE.md): re-read between turns
+        self.instructions = InstructionsWatcher(Path(project_root).resolve() if project_root else self.workspace,
+                                                Path.home(), config.agent.instructions_max_tokens,
+                                                self.counter.count_text)
+        self.instructions.refresh()
         self._scrubber = self._fresh_scrubber()
         # one provider serving both is completed, and closed, once
         self.summary_provider = capable(summary_provider) if summary_provider not in (None, provider) else self.provider
@@ -178,6 +187,10 @@ class Agent:
         self.turn_note: Callable[[], str | None] | None = None
         self._provider_prepared = False
         self._refresh_base_tokens()
+        #: what the config makes impossible in this window (agent/window_fit.py), warned once at open
+        self.fit_notes = fit_warnings(config, self.engine.base_tokens)
+        for line in self.fit_notes:
+            warnings.warn(line, ConfigWarning, stacklevel=2)
         #: what the server renders, learned from its replies (agent/rendering.py)
         self._rendering = RenderingLearner(self.counter)
         if not self.counter.calibration.samples(self.counter.model):  # a reopened session: its usage
@@ -214,9 +227,17 @@ class Agent:
                 return
 
     def system_prompt(self) -> str:
-        text = SYSTEM_PROMPT.format(workspace=self.workspace)
-        skills = self.skills.system_text()
-        return f"{text}\n\n{skills}" if skills else text
+        # what changes least first, so a server's prompt cache keeps the longest prefix: SOBA's own
+        # text, the standing instructions (changed only by editing their files), the active skills
+        sections = (SYSTEM_PROMPT.format(workspace=self.workspace), self.instructions.current.system_text(),
+                    self.skills.system_text())
+        return "\n\n".join(s for s in sections if s)
+
+    def reload_instructions(self) -> str | None:
+        """Re-read the instruction files if one changed (between turns, never within one); the one
+        line that says what is now loaded, once, or None when there is nothing new to say."""
+        self.instructions.refresh(self.config.agent.instructions_max_tokens)
+        return self.instructions.take_note()
 
     def _refresh_base_tokens(self) -> None:
         # messages counted in the form the wire sends them (SOBA's JSON tool protocol: its text forms)
@@ -282,6 +303,7 @@ class Agent:
         cancel = cancel or CancelToken()
         self.tool_context.cancel = cancel
         self.refresh_secrets()
+        self.instructions.refresh(self.config.agent.instructions_max_tokens)  # its note waits for take_note
         self.approvals.follow(self.store)  # the session rules of the path as it is now (rewind)
         self.spend.start_turn()
         self.bus.emit("turn_start", **TurnStartPayload(session_id=self.store.id, prompt=prompt[:200],

@@ -146,5 +146,6 @@ def _agent_on(store: SessionStore, paths: ProjectPaths, config: SobaConfig, prov
         workspace = paths.root / workspace
     agent = Agent(store, config, provider, workspace=workspace, bus=bus,
                   flight=FlightRecorder(paths.flight, store.id), user_namespace=kernel.user_namespace,
-                  summary_provider=summary_provider, tools=tools, kernel_state=kernel.kernel_state)
+                  summary_provider=summary_provider, tools=tools, kernel_state=kernel.kernel_state,
+                  project_root=paths.root)
     return AgentHandle(agent, paths, agent.provider.offline)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import ToolsConfig
+from ..config import TOOL_NAMES, ToolsConfig
 from ..errors import SessionError, ToolError
 from ..providers.base import ToolSpec
 from ..scrub import Scrubber
@@ -490,6 +490,9 @@ class ToolRegistry:
         if ctx.cancel is not None and ctx.cancel.cancelled:
             return ToolOutcome(f"[cancelled: {name} was not run]", True, data={"cancelled": True})
         tool = self._tools.get(name)
+        if tool is None and name in TOOL_NAMES and not _offered(name, ctx.config):
+            return ToolOutcome(f"tool {name} is not offered in this session (tools.enabled / tools.disabled); "
+                               f"available tools: {', '.join(self._tools) or 'none'}", True, data={"refused": True})
         if tool is None:
             builtin = _BUILTIN.get(name)
             if builtin is not None and builtin.requires is not None:
@@ -530,4 +533,10 @@ def default_tools(config: ToolsConfig) -> ToolRegistry:
     from .notebook_tools import notebook_aware, notebook_tools
 
     chosen = [notebook_aware(t) for t in _TOOLS if t.requires is None or getattr(config, t.requires)]
-    return ToolRegistry([*with_sandbox_note(chosen, config.sandbox), VARIABLES_TOOL, *notebook_tools(config)])
+    tools = [*with_sandbox_note(chosen, config.sandbox), VARIABLES_TOOL, *notebook_tools(config)]
+    return ToolRegistry(t for t in tools if _offered(t.name, config))
+
+
+def _offered(name: str, config: ToolsConfig) -> bool:
+    """Whether the allow list (``tools.enabled``, ``tools.disabled``) lets the model see ``name``."""
+    return (config.enabled is None or name in config.enabled) and name not in config.disabled

@@ -197,6 +197,7 @@ _STATUS_LABELS = (
     ("busy", "busy"), ("queued", "turns queued"), ("entries", "entries"), ("effective", "context"),
     ("measured", "measured"),
     ("auto_compact", "auto-compaction"), ("pending_intents", "pending intents"), ("active_skills", "active skills"),
+    ("instructions", "instructions"),
     ("last_compaction", "last compaction"), ("skip_note", "skipped since"), ("last_turn", "last turn"),
     ("cost", "cost"), ("provider_notes", "model server"), ("approval", "approval"),
     ("project_config", "project config"),

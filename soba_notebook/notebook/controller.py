@@ -299,6 +299,7 @@ class NotebookSession:
         self.show_budget(show=fresh and self.frontend != "terminal", side=handle.agent.config.ui.side_panel)
         if not self.runtime.busy:
             self.apply_config_edits()
+            self.say_instructions()
         events: queue.Queue[Event] = queue.Queue()  # this turn's events only (see _router)
         queued = self.runtime.submit(prompt, tag=events)
         if queued.position:
@@ -501,6 +502,7 @@ class NotebookSession:
             "auto_compact": handle.agent.config.compaction.auto,
             "pending_intents": list(snapshot.pending_intents) if snapshot else [],
             "active_skills": list(handle.agent.skills.active()),
+            "instructions": handle.agent.instructions.current.describe(),
             "last_compaction": dict(last) if last is not None else None,
             "skip_note": skip_text(CompactionSummary.from_event(skipped)) if skipped is not None else None,
             "last_turn": self.last_result.outcome if self.last_result else None,
@@ -531,6 +533,15 @@ class NotebookSession:
             keys = ", ".join(f"{k} = {new!r}" for k, (_, new) in fresh.items())
             print(f"config: {keys} changed; it applies after %soba --new (this session keeps its current value)")
         return edit
+
+    def say_instructions(self) -> None:
+        """Re-read the instruction files before a turn (on the agent's thread) and say in one line
+        what is loaded: at the first turn, and whenever a file changed (also one a queued turn read)."""
+        if self.handle is None or self.runtime is None:
+            return
+        note = change_agent(self.runtime, self.handle.agent.reload_instructions, "instructions").result
+        if note:
+            print(note)
 
     def set_override(self, section: str, key: str, value: Any, *, at_step: bool = False) -> Change:
         """A setting given by a magic (``--model``, ``%auto_compact``, ``%soba approval``): kept for the sessions
