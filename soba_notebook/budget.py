@@ -162,7 +162,11 @@ class BudgetTracker:
     def estimate_raw(self) -> int:
         """Uncalibrated estimate of the whole next request."""
         start = self._catch_up()
-        return self.base_tokens + self._capsule_cost + self._since(start) + REPLY_PRIMING
+        return self.base_tokens + self._capsule_cost + self._since(start) + REPLY_PRIMING + self._images()
+
+    def _images(self) -> int:
+        """Tokens of the images the next request sends (entries count theirs as one line of text)."""
+        return self.counter.image_surcharge(e.message for e in self.inputs.image_messages())
 
     def sized(self, raw: int) -> int:
         """The best estimate of a request whose raw (uncalibrated) estimate is ``raw``.
@@ -191,7 +195,9 @@ class BudgetTracker:
             usage = self.store.get(self._path[pos]).usage
             if usage is not None and usage.prompt_tokens > 0:
                 appended = self._since(pos)  # the reply itself and everything after it
-                effective = usage.prompt_tokens + self.counter.calibrated(appended)
+                # the images sent are added whole: the ones the reported prompt already held are
+                # counted twice, an over-estimate that keeps the request under the hard limit
+                effective = usage.prompt_tokens + self.counter.calibrated(appended) + self._images()
                 source = "provider_usage"
         return BudgetCheck(effective, self.hard, self.soft, self.context_window, source, estimate,
                            self.context_key, self.store.leaf_id)

@@ -147,6 +147,11 @@ class ModelConfig:
     request_timeout_ms: int = _num(600_000, 100, 86_400_000, unit="of milliseconds")
     #: no byte from the provider for this long (headers included) counts as a stalled request
     idle_timeout_ms: int = _num(120_000, 100, 3_600_000, unit="of milliseconds")
+    #: whether the model is sent images: "auto" (what the provider declares), "on" or "off"
+    #: (``true`` / ``false`` read the same); a model that sees none gets each image's one-line description
+    vision: str = field(default="auto", metadata={"choices": ("auto", "on", "off")})
+    #: the newest images the model input keeps; older ones become their description (images go first)
+    keep_images: int = _num(8, 0, 1_000, unit="of images")
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +289,10 @@ def _warn_unknown(source: str, key: str, candidates: list[str]) -> None:
     warnings.warn(f"{source}: unknown config key {key!r} is ignored{hint}", ConfigWarning, stacklevel=4)
 
 
+#: choice keys where ``true`` / ``false`` stand for one of the choices
+_BOOLEAN_CHOICES = {"stream": ("always", "never"), "vision": ("on", "off")}
+
+
 def _check_value(source: str, dotted: str, name: str, value: Any, default: Any,
                  bounds: Bounds | None = None, choices: tuple[str, ...] | None = None) -> Any:
     def bad(allowed: str) -> ConfigError:
@@ -305,8 +314,8 @@ def _check_value(source: str, dotted: str, name: str, value: Any, default: Any,
     if bounds is not None:
         return _check_number(value, bounds, optional=default is None, bad=bad)
     if choices is not None:
-        if name == "stream" and (value is True or value is False):  # "stream": true / false read naturally
-            value = "always" if value else "never"
+        if name in _BOOLEAN_CHOICES and (value is True or value is False):  # true / false read naturally
+            value = _BOOLEAN_CHOICES[name][0 if value else 1]
         if value not in choices:
             raise bad(f"expected one of {', '.join(choices)}")
         return value

@@ -22,11 +22,13 @@ import importlib.resources
 import json
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from .image_tokens import image_tokens
+from .session.attachments import attachments_of, evict_old_images, image_placeholder, shown_attachments
 from .session.entries import Entry
 from .trusted_import import trusted_import
 
@@ -240,6 +242,12 @@ class TokenCounter:
         #: JSON tool protocol sends tool results as user messages and calls as JSON text): each
         #: message is counted in that form. ``None``: as stored.
         self.message_form: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+        #: how the model is sent images: ``None`` sends none (each becomes its one-line description),
+        #: else the provider's token rule (``"openai"``, ``"anthropic"``; image_tokens.py) for the
+        #: newest :attr:`keep_images` of them. An image is counted in its entry as its description (so
+        #: an entry's count never changes) and at its full cost by :meth:`image_surcharge`.
+        self.image_rule: str | None = None
+        self.keep_images = 8
 
     def set_rendering(self, *, tool_results_rendered: bool, quote_tokens: float) -> bool:
         """Count messages as the server renders them from now on; ``True`` when that changed a
@@ -258,6 +266,25 @@ class TokenCounter:
         self.message_form = form
         self._entry_cache.clear()
         return True
+
+    def set_images(self, rule: str | None, keep: int) -> None:
+        """Send images by ``rule`` (None: send none), the newest ``keep`` of them (see :attr:`image_rule`)."""
+        self.image_rule, self.keep_images = rule, keep
+
+    def model_messages(self, messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        """``messages`` as the model is sent them: the images it cannot take, and all but the newest
+        :attr:`keep_images`, turned into text (session/attachments.py: images go before any text)."""
+        if self.image_rule is None:
+            return evict_old_images(messages, 0, placeholder=lambda a: a.line)
+        return evict_old_images(messages, self.keep_images)
+
+    def image_surcharge(self, messages: Iterable[Mapping[str, Any]]) -> int:
+        """Tokens of the images the model is sent out of ``messages`` (oldest first), by the provider's rule."""
+        rule = self.image_rule
+        if rule is None:
+            return 0
+        return sum(image_tokens(rule, a.width, a.height) for _, a in shown_attachments(list(messages),
+                                                                                        self.keep_images))
 
     # -- text ---------------------------------------------------------------------------------
     def count_text(self, text: str) -> int:
@@ -300,6 +327,8 @@ class TokenCounter:
         images = get("images")
         if images.__class__ is int:
             total += images * IMAGE_TOKENS
+        if get("attachments"):  # as text here; the images sent are added by image_surcharge
+            total += sum(self.count_text("\n" + image_placeholder(a)) for a in attachments_of(message))
         return total
 
     def _count_blocks(self, blocks: Iterable[Any]) -> int:

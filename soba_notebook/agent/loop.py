@@ -39,6 +39,7 @@ from ..config import ConfigWarning, SobaConfig
 from ..errors import CompactionFailed, ContextOverflowError, ProviderError, SessionError, SobaError, TurnCancelled
 from ..events import EventBus
 from ..flight import FlightRecorder
+from ..image_tokens import sent_image_rule
 from ..pricing import server_address
 from ..providers.base import (
     ModelRequest,
@@ -243,6 +244,8 @@ class Agent:
         # messages counted in the form the wire sends them (SOBA's JSON tool protocol: its text forms)
         if self.counter.set_message_form(self.provider.message_form):
             self.engine.tracker.invalidate()
+        self.counter.set_images(sent_image_rule(self.config.model.vision, self.provider.accepts_images,
+                                                self.provider.image_rule), self.config.model.keep_images)
         system = self._sent_system(self.system_prompt(), self.tools.specs())
         # the system prompt is a message like any other: its per-message overhead counts too
         self.engine.base_tokens = (self.counter.count_text(system) + (MESSAGE_OVERHEAD if system else 0)
@@ -549,7 +552,7 @@ class Agent:
             entry = self._append(tool_result(call.id, call.name, result.content, is_error=result.is_error,
                                              cancelled=result.cancelled, full_chars=result.full_chars,
                                              exit_code=result.data.get("exit_code"),
-                                             files_changed=result.data.get("files_changed")))
+                                             files_changed=result.data.get("files_changed"), images=result.images))
             written.append(entry.id or "")
             ended = ToolEndPayload(call_id=call.id, name=call.name, is_error=result.is_error,
                                    cancelled=result.cancelled, content=head_tail(self._scrubber.text(result.content)))

@@ -34,7 +34,9 @@ from ..compaction.file_changes import FileChanges
 from ..config import ToolsConfig
 from ..errors import ToolError
 from ..providers.base import ToolSpec
+from ..session.attachments import ImageAttachment
 from . import workspace as ws
+from .cell_outputs import outputs_for_model
 from .notebook_access import KernelRun, ReadStamp, kernel_notebook_path
 from .notebook_doc import (
     CELL_TYPES,
@@ -103,8 +105,10 @@ def _runs(ctx: ToolContext) -> Sequence[KernelRun]:
     return tuple(ask()) if ask is not None else ()
 
 
-def read_notebook(ctx: ToolContext, path: str, own: bool, cell_ids: Sequence[str] | None, verb: str) -> ToolResult:
-    """The notebook at ``path`` rendered as cells; its read recorded for the stale check."""
+def read_notebook(ctx: ToolContext, path: str, own: bool, cell_ids: Sequence[str] | None, verb: str, *,
+                  include_images: bool = False) -> ToolResult:
+    """The notebook at ``path`` rendered as cells; its read recorded for the stale check. With
+    ``include_images`` the shown cells' PNG and JPEG outputs come as images too (cell_outputs.py)."""
     access = ctx.notebooks
     real = ws.resolve_in_workspace(ctx.workspace, path)
     notes: list[str] = []
@@ -134,14 +138,20 @@ def read_notebook(ctx: ToolContext, path: str, own: bool, cell_ids: Sequence[str
     text = render_cells(nb, shown, cell_ids=cell_ids, runs=runs, notes=notes)
     data = {"path": shown, "cells": len(nb.cells), "live": live is not None,
             "files_changed": FileChanges(read=(shown,)).to_json()}
-    return ToolResult(text, data=data)
+    images: tuple[ImageAttachment, ...] = ()
+    if include_images:
+        wanted = set(cell_ids) if cell_ids is not None else None
+        images = tuple(image for cell in nb.cells if wanted is None or str(cell.get("id")) in wanted
+                       for image in outputs_for_model(cell.get("outputs") or (), cell_id=str(cell.get("id")))[1])
+    return ToolResult(text, data=data, images=images)
 
 
 async def _notebook_read(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     path, own = _target(args, ctx)
     raw_ids = args.get("cell_ids")
     cell_ids = [str(c) for c in raw_ids] if raw_ids else None
-    return await asyncio.to_thread(read_notebook, ctx, path, own, cell_ids, "notebook_read")
+    return await asyncio.to_thread(read_notebook, ctx, path, own, cell_ids, "notebook_read",
+                                   include_images=args.get("include_images") is True)
 
 
 def _edit_of(args: dict[str, Any]) -> NotebookEdit:
@@ -283,7 +293,9 @@ NOTEBOOK_READ_TOOL = Tool(ToolSpec(
     {"type": "object", "additionalProperties": False, "required": [],
      "properties": {"path": {"type": "string", "description": _PATH},
                     "cell_ids": {"type": "array", "items": {"type": "string"},
-                                 "description": "Only these cells (by id); default: all."}}}),
+                                 "description": "Only these cells (by id); default: all."},
+                    "include_images": {"type": "boolean", "description": "Also show the cells' PNG and JPEG "
+                                       "figures as images (to a model that sees images; default false)."}}}),
     _notebook_read)
 
 NOTEBOOK_EDIT_TOOL = Tool(ToolSpec(

@@ -40,6 +40,7 @@ from ..config import TOOL_NAMES, ToolsConfig
 from ..errors import SessionError, ToolError
 from ..providers.base import ToolSpec
 from ..scrub import Scrubber
+from ..session.attachments import ImageAttachment
 from ..trusted_import import distrust
 from . import file_changes as observe
 from . import import_guard
@@ -83,6 +84,8 @@ class ToolOutcome:
     is_error: bool = False
     full_chars: int | None = None
     data: Mapping[str, Any] = field(default_factory=dict)
+    #: figures shown to the model (a provider that takes no images is sent their descriptions)
+    images: tuple[ImageAttachment, ...] = ()
 
     @property
     def cancelled(self) -> bool:
@@ -169,6 +172,7 @@ class ToolResult:
     is_error: bool = False
     data: Mapping[str, Any] = field(default_factory=dict)
     footer: str = ""
+    images: tuple[ImageAttachment, ...] = ()
 
 
 # -- argument checking -------------------------------------------------------------------------
@@ -524,7 +528,7 @@ class ToolRegistry:
         data = dict(raw.data)
         if spill is not None:
             data["spill_path"] = spill
-        return ToolOutcome(content, raw.is_error, full_chars, data)
+        return ToolOutcome(content, raw.is_error, full_chars, data, raw.images)
 
 
 def default_tools(config: ToolsConfig) -> ToolRegistry:

@@ -204,7 +204,7 @@ class CompactionEngine:
                 cached = self._capsule_msg = (capsule.id, capsule_message(capsule))
             out.append(dict(cached[1]))
         out.extend(dict(e.message) for e in self.inputs.messages())
-        return out
+        return [dict(m) for m in self.counter.model_messages(out)]  # old images go first (tokens.py)
 
     # -- the barrier -------------------------------------------------------------------------
     async def preflight(self, turn: TurnState, cancel: CancelToken | None = None) -> BudgetCheck:

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from soba_notebook.errors import AuthError, ProviderError
+from soba_notebook.session.attachments import attachments_of
 from soba_notebook.session.entries import ToolCall, Usage
 from soba_notebook.surrogates import PairJoiner, clean_surrogates
 
@@ -125,7 +126,11 @@ def _blocks(message: Mapping[str, Any], ids: _IdMap) -> tuple[str, list[dict[str
     text = message_text(message.get("content"))
     if role == "tool":
         block: dict[str, Any] = {"type": "tool_result", "tool_use_id": ids.for_result(message.get("toolCallId"))}
-        if text:
+        images = attachments_of(message)
+        if images:  # a tool result's content may hold image blocks beside its text
+            block["content"] = ([{"type": "text", "text": text}] if text else []) + [
+                {"type": "image", "source": {"type": "base64", "media_type": a.mime, "data": a.data}} for a in images]
+        elif text:
             block["content"] = text
         if message.get("isError"):
             block["is_error"] = True
@@ -212,6 +217,14 @@ class AnthropicProvider(RemoteProvider):
     def __init__(self, model: str, *, cache_prompts: bool = True, **options: Any) -> None:
         super().__init__(model, **options)
         self.cache_prompts = cache_prompts
+
+    @property
+    def accepts_images(self) -> bool:
+        return True  # every current Claude model takes images
+
+    @property
+    def image_rule(self) -> str:
+        return "anthropic"
 
     def wire_headers(self, key: str | None) -> dict[str, str]:
         """JSON in, an event stream out, the API version, and ``x-api-key`` when there is a key."""

@@ -80,6 +80,17 @@ class ProviderCapabilities:
         """The context window the provider knows its server has; ``None``: it knows none."""
         return None
 
+    @property
+    def accepts_images(self) -> bool:
+        """Whether the model takes images (``model.vision`` overrides it); else each becomes its description."""
+        return False
+
+    @property
+    def image_rule(self) -> str:
+        """How the server counts an image's tokens (``image_tokens.py``): ``"openai"`` or ``"anthropic"``;
+        any other name counts the larger of the two."""
+        return "unknown"
+
 
 class CapableProvider(Provider, Protocol):
     """A provider with every capability answered: what the agent holds (see :func:`capable`)."""
@@ -112,10 +123,17 @@ class CapableProvider(Provider, Protocol):
     @property
     def effective_context_window(self) -> int | None: ...
 
+    @property
+    def accepts_images(self) -> bool: ...
+
+    @property
+    def image_rule(self) -> str: ...
+
 
 #: The capabilities a short-protocol provider may still have: read from it when it does.
 _CAPABILITIES = ("count_request_tokens", "count_text_tokens", "warnings", "prepare", "sent_system", "message_form",
-                 "renders_tools", "rendering_hint", "escapes_text", "effective_context_window")
+                 "renders_tools", "rendering_hint", "escapes_text", "effective_context_window",
+                "accepts_images", "image_rule")
 
 
 class _Completed(ProviderCapabilities):

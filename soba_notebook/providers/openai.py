@@ -50,6 +50,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -183,6 +184,16 @@ class OpenAIChatProvider(RemoteProvider):
         """The smaller of the configured window and the server's own, where known."""
         known = [w for w in (self.context_window, self.quirks.server_context) if w]
         return min(known) if known else None
+
+    @property
+    def accepts_images(self) -> bool:
+        """OpenAI's own API takes images (its current chat models all see them); another server only
+        when ``model.vision`` says so, since a local model without a vision projector refuses them."""
+        return urlsplit(self.base_url).hostname == "api.openai.com"
+
+    @property
+    def image_rule(self) -> str:
+        return "openai"
 
     @property
     def renders_tools(self) -> bool:

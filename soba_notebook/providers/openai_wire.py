@@ -11,11 +11,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from soba_notebook.session.attachments import ImageAttachment, attachments_of
 from soba_notebook.session.entries import Usage
 
 from .base import message_text, repair_tool_pairing
 
-__all__ = ["normalize_openai_stop_reason", "normalize_openai_usage", "to_openai_messages", "to_openai_tools"]
+__all__ = ["image_part", "normalize_openai_stop_reason", "normalize_openai_usage", "to_openai_messages",
+           "to_openai_tools"]
 
 _STOP_REASONS = {"stop": "stop", "tool_calls": "tool_use", "function_call": "tool_use", "length": "length"}
 
@@ -62,9 +64,13 @@ def to_openai_messages(system: str, messages: Any) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if system:
         out.append({"role": "system", "content": system})
+    images: list[dict[str, Any]] = []  # image parts of the tool results since the last non-tool message
     for message in repair_tool_pairing(messages):
         role = message.get("role")
         text = message_text(message.get("content"))
+        if role != "tool" and images:
+            out.append(_images_message(images))
+            images = []
         if role == "user":
             out.append({"role": "user", "content": text})
         elif role == "assistant":
@@ -82,6 +88,21 @@ def to_openai_messages(system: str, messages: Any) -> list[dict[str, Any]]:
             if message.get("isError") and not text.startswith("Error"):
                 text = f"Error: {text}"
             out.append({"role": "tool", "tool_call_id": str(message.get("toolCallId")), "content": text})
+            images.extend(image_part(a) for a in attachments_of(message))
         elif role == "system" and text:
             out.append({"role": "system", "content": text})
+    if images:
+        out.append(_images_message(images))
     return out
+
+
+def image_part(image: ImageAttachment, *, detail: str = "auto") -> dict[str, Any]:
+    """One image as a chat-completions ``image_url`` content part (a base64 data URL)."""
+    return {"type": "image_url", "image_url": {"url": f"data:{image.mime};base64,{image.data}", "detail": detail}}
+
+
+def _images_message(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    # A chat-completions ``tool`` message carries text only: the images of a run of tool results
+    # follow them in one user message, before the assistant answers (a user message between the
+    # tool results would break the run the assistant's tool calls must be answered by).
+    return {"role": "user", "content": [{"type": "text", "text": "The images of the tool results above:"}, *parts]}

@@ -73,6 +73,7 @@ class ModelInputBuilder:
         self._capsule: Entry | None = None
         self._context: list[Entry] = []  # path[start:] without capsule entries
         self._messages: list[Entry] = []  # the model-input entries among them
+        self._imaged: list[Entry] = []  # the messages among them that carry images, oldest first
 
     # -- following the store -----------------------------------------------------------------
     def _catch_up(self) -> None:
@@ -93,6 +94,8 @@ class ModelInputBuilder:
             context.append(entry)
             if entry.is_model_input:
                 messages.append(entry)
+                if "attachments" in entry.message:
+                    self._imaged.append(entry)
         self._seen = n
 
     def _rebuild(self, path: list[str]) -> None:
@@ -104,6 +107,7 @@ class ModelInputBuilder:
         self._path, self._seen, self._start, self._capsule = path, len(path), start, capsule
         self._context = context
         self._messages = [e for e in context if e.is_model_input]
+        self._imaged = [e for e in self._messages if "attachments" in e.message]
         self._index, self._indexed = ToolCallIndex(), 0
         self._cum = [0]
 
@@ -134,6 +138,11 @@ class ModelInputBuilder:
         """The model-input entries after the capsule (a fresh list: O(what the request holds))."""
         self._catch_up()
         return list(self._messages)
+
+    def image_messages(self) -> list[Entry]:
+        """The entries of :meth:`messages` that carry images, oldest first (O(those), not O(history))."""
+        self._catch_up()
+        return list(self._imaged)
 
     def context_slice(self) -> tuple[list[Entry], Entry | None]:
         """What :func:`~soba_notebook.compaction.planner.context_slice` returns for the current path."""

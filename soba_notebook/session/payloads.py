@@ -147,6 +147,8 @@ class MessageBody(TypedDict, total=False):
     exitCode: int
     filesChanged: dict[str, Any]
     statusRecorded: bool
+    #: images shown to the model (``session/attachments.py``: ``ImageAttachment.to_json`` each)
+    attachments: list[dict[str, Any]]
     # imported transcripts
     images: int
 
