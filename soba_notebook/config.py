@@ -143,6 +143,8 @@ class ToolsConfig:
     #: or explicit arguments, never from a project's own config
     allow_broad_workspace: bool = False
     shell_timeout_sec: float = _num(60.0, 0, 86_400, whole=False, open_low=True, unit="of seconds")
+    #: how long one cell ``notebook_run`` runs may take before it is interrupted
+    notebook_run_timeout_sec: float = _num(600.0, 0, 86_400, whole=False, open_low=True, unit="of seconds")
     max_output_chars: int = _num(20_000, 1_000, 10_000_000, unit="of characters")
     #: "none": shell commands run with the kernel's rights; "bwrap": under bubblewrap (read-only file
     #: system but the workspace, no network, no secrets; see docs/SECURITY.md). Never a silent fall-back:
