@@ -98,7 +98,8 @@ def _num(default: Any, low: float, high: float, **kw: Any) -> Any:
 #: the built-in tools' names, for ``tools.enabled`` / ``tools.disabled`` (the config sits below the
 #: agent, so the names are listed here; tests/test_tool_allow_list.py holds them equal to the registry's)
 TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_files", "glob", "grep", "shell", "python", "recall",
-              "checkpoint", "activate_skill", "deactivate_skill", "variables", "notebook_read", "notebook_edit")
+              "checkpoint", "activate_skill", "deactivate_skill", "variables", "notebook_read", "notebook_edit",
+              "notebook_run")
 
 _BIG = 100_000_000  # tokens: far beyond any model's window, still finite
 
@@ -168,6 +169,8 @@ class ToolsConfig:
     #: or explicit arguments, never from a project's own config
     allow_broad_workspace: bool = False
     shell_timeout_sec: float = _num(60.0, 0, 86_400, whole=False, open_low=True, unit="of seconds")
+    #: how long one cell ``notebook_run`` runs may take before it is interrupted
+    notebook_run_timeout_sec: float = _num(600.0, 0, 86_400, whole=False, open_low=True, unit="of seconds")
     max_output_chars: int = _num(20_000, 1_000, 10_000_000, unit="of characters")
     #: "none": shell commands run with the kernel's rights; "bwrap": under bubblewrap (read-only file
     #: system but the workspace, no network, no secrets; see docs/SECURITY.md). Never a silent fall-back:

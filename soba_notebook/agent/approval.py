@@ -29,7 +29,8 @@ and from then on every command made only of covered programs runs unasked, chain
 program that runs whatever follows it (:data:`RUNS_ANY_COMMAND`: ``sudo``, ``env``, ``bash``, shell
 keywords) is never a rule, and a command with one always asks; :func:`no_rule_reason` says why a
 card offers no rule. For writes a rule is a file or a folder of the workspace; for ``python`` it is
-the tool itself.
+the tool itself. ``notebook_run`` runs notebook cells in the kernel: it asks exactly as ``python``
+does, and the ``python`` rule covers it (either runs any code in the kernel).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ Mode = Literal["ask", "edits", "never"]
 MODES: tuple[Mode, ...] = ("ask", "edits", "never")
 
 #: Tools that run code: they ask in "ask" and "edits".
-CODE_TOOLS = frozenset({"shell", "python"})
+CODE_TOOLS = frozenset({"shell", "python", "notebook_run"})
 #: Tools that write files of the workspace: they ask in "ask" only.
 EDIT_TOOLS = frozenset({"write_file", "edit_file", "notebook_edit"})
 #: Tools that change nothing outside the session: they never ask.
@@ -250,7 +251,7 @@ def suggested_rules(tool: str, arguments: Mapping[str, Any]) -> tuple[Rule, ...]
     if tool == "shell":
         prefixes = shell_prefixes(str(arguments.get("command", "")))
         return tuple(Rule("shell", p) for p in prefixes or ())
-    if tool == "python":
+    if tool in ("python", "notebook_run"):  # both run any code in the kernel: one rule covers both
         return (Rule("python", "*"),)
     if tool in EDIT_TOOLS:
         path = _edit_path(arguments)
@@ -281,7 +282,7 @@ def matches(rules: tuple[Rule, ...] | frozenset[Rule], tool: str, arguments: Map
         prefixes = shell_prefixes(str(arguments.get("command", "")))
         allowed = {rule.pattern for rule in rules if rule.tool == "shell"}
         return bool(prefixes) and all(p in allowed for p in prefixes or ())
-    if tool == "python":
+    if tool in ("python", "notebook_run"):
         return any(rule.tool == "python" for rule in rules)
     if tool in EDIT_TOOLS:
         path = _edit_path(arguments)
@@ -310,7 +311,7 @@ def needs_approval(mode: str, sandbox: str, rules: tuple[Rule, ...] | frozenset[
     elif tool == "shell":
         if sandbox == "bwrap" and sandbox_skips_approval:  # it cannot write outside the workspace
             return False
-    elif tool != "python":
+    elif tool not in ("python", "notebook_run"):
         return False  # a tool registered by the user's own code: theirs to trust
     return not matches(rules, tool, arguments)
 

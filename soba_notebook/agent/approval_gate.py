@@ -50,6 +50,7 @@ from .approval import (
 )
 from .confine import STATE_DIR_NAME
 from .import_guard import PLANTED_KEY, Planted, import_reason, import_roots, roll_back
+from .notebook_run import preview_run
 from .notebook_tools import preview_edit
 from .tools import ToolContext, ToolOutcome
 
@@ -192,6 +193,9 @@ class ApprovalGate:
         self.workspace = workspace
         #: how a notebook_edit's card shows the cell before and after (the tools' context: the open notebook)
         self.preview: NotebookPreview | None = None if context is None else partial(preview_edit, context)
+        #: what a notebook_run's card shows: the notebook and the sources of the cells it would run
+        self.run_preview: Callable[[Mapping[str, Any]], str] | None = \
+            None if context is None else partial(preview_run, context)
         self._config = config
         self._append = append
         self.approver = approver
@@ -230,6 +234,8 @@ class ApprovalGate:
                               sandbox_skips_approval=config.sandbox_skips_approval, imported_here=bool(why)):
             return None
         subject = _subject(call.name, arguments)
+        if call.name == "notebook_run":
+            subject = await asyncio.to_thread(self._run_subject, arguments)
         if matches(self.rules, call.name, arguments):
             self._append(approval_entry(call, Decision("once", "allowed by a session rule", by="rule"),
                                         mode=mode, subject=subject))
@@ -248,6 +254,16 @@ class ApprovalGate:
             return ToolOutcome(f"[cancelled: {call.name} was not run; the approval was still pending]", True,
                                data={"cancelled": True})
         return ToolOutcome(self._denial(call.name, decision, request.timeout_s), True, data={"denied": True})
+
+    def _run_subject(self, arguments: Mapping[str, Any]) -> str:
+        """A ``notebook_run`` card's body: the cells' sources, or why they cannot be shown."""
+        where = str(arguments.get("path") or "this kernel’s notebook")
+        if self.run_preview is None:
+            return f"{where}: run cells {', '.join(map(str, arguments.get('cell_ids') or ()))}"
+        try:
+            return self.run_preview(arguments)
+        except (SobaError, OSError, ValueError) as exc:
+            return f"{where}: the cells cannot be shown ({exc}); the run will report the same problem"
 
     def _imported_here(self, tool: str, arguments: Mapping[str, Any]) -> str:
         """Why Python in this kernel would import the file this write targets ("" for none, or not a

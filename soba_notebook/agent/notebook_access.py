@@ -12,6 +12,10 @@ notebook layer injects plain values and callables into :class:`NotebookAccess`, 
 * ``documents`` — a :class:`NotebookDocuments` for notebooks open in a live front end (JupyterLab):
   ``read`` returns the open document, ``apply`` changes it in place; either returns ``None`` when
   that notebook is not open there, and the tools then use the file. The file path is the default;
+* ``cells`` — how ``notebook_run`` runs a cell in this kernel (:class:`.cell_exec.CellKernel`: the
+  notebook layer lends IPython's transformer, execution count and display publisher; a headless
+  agent runs plain Python), and ``ran`` each notebook's cells the agent ran, with the source hash
+  they ran with (``notebook_run``'s ``stale``);
 * ``reads`` — what the agent last read of each notebook in this session (:class:`ReadStamp`), so
   ``notebook_edit`` refuses to write over a file that changed since (the model re-reads first).
 """
@@ -23,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+
+from .cell_exec import CellKernel, PlainCells
 
 if TYPE_CHECKING:
     from nbformat import NotebookNode
@@ -83,6 +89,8 @@ class NotebookAccess:
     kernel_runs: Callable[[], Sequence[KernelRun]] | None = None
     documents: NotebookDocuments | None = None
     reads: dict[str, ReadStamp] = field(default_factory=dict)
+    cells: CellKernel = field(default_factory=PlainCells)
+    ran: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def kernel_notebook_path(raw: str | None, cwd: str | os.PathLike[str] | None = None) -> Path | None:

@@ -53,8 +53,8 @@ from .notebook_doc import (
 from .notebook_view import render_cells
 from .tools import Tool, ToolContext, ToolResult
 
-__all__ = ["NOTEBOOK_EDIT_TOOL", "NOTEBOOK_READ_TOOL", "is_notebook_path", "notebook_aware", "notebook_tools",
-           "preview_edit"]
+__all__ = ["NOTEBOOK_EDIT_TOOL", "NOTEBOOK_READ_TOOL", "PATH_DESCRIPTION", "changed_while", "is_notebook_path",
+           "notebook_aware", "notebook_target", "notebook_tools", "preview_edit", "read_stamp"]
 
 _NO_KERNEL_NOTEBOOK = ("this kernel does not know which notebook it runs (terminal IPython, or a front end that does "
                        "not tell the kernel its notebook path); pass path, e.g. {\"path\": \"analysis.ipynb\"}")
@@ -69,7 +69,7 @@ def _kernel_notebook(ctx: ToolContext) -> Path | None:
     return kernel_notebook_path(ask() if ask is not None else None)
 
 
-def _target(args: dict[str, Any], ctx: ToolContext) -> tuple[str, bool]:
+def notebook_target(args: dict[str, Any], ctx: ToolContext) -> tuple[str, bool]:
     """``(path, is the kernel's own notebook)``: ``path`` as given, or the kernel's notebook."""
     kernel = _kernel_notebook(ctx)
     given = str(args.get("path") or "").strip()
@@ -86,7 +86,7 @@ def _target(args: dict[str, Any], ctx: ToolContext) -> tuple[str, bool]:
     return given, own
 
 
-def _stamp(sha256: str, size: int, mtime_ns: int, nb: Any, *, live: bool = False) -> ReadStamp:
+def read_stamp(sha256: str, size: int, mtime_ns: int, nb: Any, *, live: bool = False) -> ReadStamp:
     cells = {str(cell.get("id")): source_hash(cell_source(cell)) for cell in nb.cells}
     return ReadStamp(size, mtime_ns, sha256, cells, live)
 
@@ -119,7 +119,7 @@ def read_notebook(ctx: ToolContext, path: str, own: bool, cell_ids: Sequence[str
         shown, nb = ws.display_path(ctx.workspace, real), live
         notes.append("(the notebook open in JupyterLab, unsaved changes included)")
         assign_ids(nb)
-        stamp = _stamp("", 0, 0, nb, live=True)
+        stamp = read_stamp("", 0, 0, nb, live=True)
     else:
         shown, raw, st = ws.read_whole(ctx.workspace, path, verb)
         assert raw is not None and st is not None
@@ -129,7 +129,7 @@ def read_notebook(ctx: ToolContext, path: str, own: bool, cell_ids: Sequence[str
         if added and major == 4:
             notes.append(f"({added:,} of its cells have no id in the file: the ids shown are derived from each cell "
                          f"and stay the same until the file changes; notebook_edit saves them)")
-        stamp = _stamp(hashlib.sha256(raw).hexdigest(), st.st_size, st.st_mtime_ns, nb)
+        stamp = read_stamp(hashlib.sha256(raw).hexdigest(), st.st_size, st.st_mtime_ns, nb)
     access.reads[shown] = stamp
     runs = _runs(ctx) if own else ()
     if own:
@@ -147,7 +147,7 @@ def read_notebook(ctx: ToolContext, path: str, own: bool, cell_ids: Sequence[str
 
 
 async def _notebook_read(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    path, own = _target(args, ctx)
+    path, own = notebook_target(args, ctx)
     raw_ids = args.get("cell_ids")
     cell_ids = [str(c) for c in raw_ids] if raw_ids else None
     return await asyncio.to_thread(read_notebook, ctx, path, own, cell_ids, "notebook_read",
@@ -180,7 +180,7 @@ def _facts(shown: str, result: EditResult) -> dict[str, Any]:
 _READ_AGAIN = "read it again with notebook_read and redo the edit on what it holds now; nothing was written"
 
 
-def _changed_while(shown: str, created: bool) -> str:
+def changed_while(shown: str, created: bool) -> str:
     """The refusal when the file changed while the edit was working on it (a save it must not lose)."""
     if created:
         return f"{shown} was created by another program while notebook_edit was creating it; {_READ_AGAIN}"
@@ -197,7 +197,7 @@ def edit_notebook(ctx: ToolContext, path: str, edit: NotebookEdit) -> ToolResult
     if access.documents is not None:
         live = access.documents.apply(real, edit, seen)
         if live is not None:
-            access.reads[shown] = _stamp("", 0, 0, live.notebook, live=True)
+            access.reads[shown] = read_stamp("", 0, 0, live.notebook, live=True)
             return ToolResult(_edit_text(shown, live, ["(changed in the open notebook)"]),
                               data={**_facts(shown, live), "live": True})
     notes: list[str] = [] if access.documents is None else list(filter(None, [access.documents.fallback_note(real)]))
@@ -225,8 +225,8 @@ def edit_notebook(ctx: ToolContext, path: str, edit: NotebookEdit) -> ToolResult
                 notes.append(f"(the file had {added:,} cells without an id; they are saved with the ids you read, "
                              f"nbformat 4.5)")
         result = apply_edit(nb, edit, shown)
-        written = held.replace(dumps(result.notebook, shown), "notebook_edit", _changed_while(shown, raw is None))
-    access.reads[shown] = _stamp(written.sha256, written.size, written.mtime_ns, result.notebook)
+        written = held.replace(dumps(result.notebook, shown), "notebook_edit", changed_while(shown, raw is None))
+    access.reads[shown] = read_stamp(written.sha256, written.size, written.mtime_ns, result.notebook)
     return ToolResult(_edit_text(shown, result, notes), data=_facts(shown, result))
 
 
@@ -235,7 +235,7 @@ def preview_edit(ctx: ToolContext, args: Mapping[str, Any]) -> tuple[str, str, s
     ``("<notebook> cell <id>", source before, source after)``. The same read (the open document,
     else the file) and the same :func:`.apply_edit` as the edit, on a copy; nothing is written or
     recorded. Raises :class:`ToolError` as the edit would (no such cell, no notebook)."""
-    path, _ = _target(dict(args), ctx)
+    path, _ = notebook_target(dict(args), ctx)
     real = ws.resolve_in_workspace(ctx.workspace, path)
     shown = ws.display_path(ctx.workspace, real)
     nb = ctx.notebooks.documents.read(real) if ctx.notebooks.documents is not None else None
@@ -248,7 +248,7 @@ def preview_edit(ctx: ToolContext, args: Mapping[str, Any]) -> tuple[str, str, s
 
 
 async def _notebook_edit(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-    path, _ = _target(args, ctx)
+    path, _ = notebook_target(args, ctx)
     return await asyncio.to_thread(edit_notebook, ctx, path, _edit_of(args))
 
 
@@ -271,7 +271,7 @@ def notebook_aware(tool: Tool) -> Tool:
             raise ToolError(f"{name} does not change notebooks ({path} is a notebook): use notebook_edit to replace, "
                             f"insert or delete a cell by id (notebook_read shows the ids; insert_after with cell_id "
                             f"null on a new path creates a notebook)")
-        given, own = _target({"path": path}, ctx)
+        given, own = notebook_target({"path": path}, ctx)
         result = await asyncio.to_thread(read_notebook, ctx, given, own, None, "read_file")
         if args.get("start_line") is not None or args.get("end_line") is not None:
             result = dataclasses.replace(result, text=result.text + "\n\n(start_line/end_line do not apply to a "
@@ -283,15 +283,15 @@ def notebook_aware(tool: Tool) -> Tool:
 
 # -- specs -------------------------------------------------------------------------------------
 
-_PATH = ("The notebook, relative to the workspace root. Omit it for the notebook this kernel runs "
-         "(when the front end told the kernel its path).")
+PATH_DESCRIPTION = ("The notebook, relative to the workspace root. Omit it for the notebook this kernel runs "
+                    "(when the front end told the kernel its path).")
 
 NOTEBOOK_READ_TOOL = Tool(ToolSpec(
     "notebook_read", "Read a Jupyter notebook as cells: each cell's id, type, source, execution count and outputs as "
     "text (errors with their traceback, images as one line). Without path: the kernel's own notebook, with which "
     "cells ran in this kernel and in what order. Cell ids are what notebook_edit takes.",
     {"type": "object", "additionalProperties": False, "required": [],
-     "properties": {"path": {"type": "string", "description": _PATH},
+     "properties": {"path": {"type": "string", "description": PATH_DESCRIPTION},
                     "cell_ids": {"type": "array", "items": {"type": "string"},
                                  "description": "Only these cells (by id); default: all."},
                     "include_images": {"type": "boolean", "description": "Also show the cells' PNG and JPEG "
@@ -303,7 +303,7 @@ NOTEBOOK_EDIT_TOOL = Tool(ToolSpec(
     "cleared), insert a new cell after it (cell_id null: at the top), or delete it. Read the notebook first with "
     "notebook_read; an edit of a notebook changed since that read is refused. Other cells stay as they were.",
     {"type": "object", "additionalProperties": False, "required": ["action"],
-     "properties": {"path": {"type": "string", "description": _PATH},
+     "properties": {"path": {"type": "string", "description": PATH_DESCRIPTION},
                     "cell_id": {"type": "string", "description": "The cell to replace or delete, or to insert after; "
                                 "null (or omitted) with insert_after inserts at the top."},
                     "action": {"type": "string", "enum": ["replace", "insert_after", "delete"],

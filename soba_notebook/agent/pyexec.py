@@ -26,15 +26,18 @@ import linecache
 import sys
 import threading
 import traceback
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import count
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from ..cancel import CancelToken
 
-__all__ = ["PythonResult", "run_python"]
+__all__ = ["PythonResult", "ThreadRun", "capture_this_thread", "run_code", "run_on_thread", "run_python",
+           "user_traceback"]
+
+T = TypeVar("T")
 
 #: Seconds to wait for a python worker thread after interrupting it on cancel.
 _PYTHON_INTERRUPT_GRACE = 2.0
@@ -61,13 +64,13 @@ class _ThreadRoutedStream:
 
     def __init__(self, fallback: Any) -> None:
         self.fallback = fallback
-        self.targets: dict[int, list[str]] = {}
+        self.targets: dict[int, Callable[[str], Any]] = {}
 
     def write(self, text: str) -> int:
         target = self.targets.get(threading.get_ident())
         if target is None:
             return self.fallback.write(text)
-        target.append(str(text))
+        target(str(text))
         return len(text)
 
     def flush(self) -> None:
@@ -82,7 +85,9 @@ _ROUTING_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def _capture_this_thread(buffer: list[str]) -> Iterator[None]:
+def capture_this_thread(sinks: Mapping[str, Callable[[str], Any]]) -> Iterator[None]:
+    """While inside, this thread's writes to ``sys.stdout``/``sys.stderr`` go to ``sinks["stdout"]``
+    and ``sinks["stderr"]``; every other thread's keep going where they went."""
     ident = threading.get_ident()
     routers: list[tuple[str, _ThreadRoutedStream]] = []
     with _ROUTING_LOCK:
@@ -91,7 +96,7 @@ def _capture_this_thread(buffer: list[str]) -> Iterator[None]:
             if not isinstance(current, _ThreadRoutedStream):
                 current = _ThreadRoutedStream(current)
                 setattr(sys, name, current)
-            current.targets[ident] = buffer
+            current.targets[ident] = sinks[name]
             routers.append((name, current))
     try:
         yield
@@ -106,7 +111,7 @@ def _capture_this_thread(buffer: list[str]) -> Iterator[None]:
 _cell_numbers = count(1)
 
 
-def _user_traceback(exc: BaseException, filename: str) -> str:
+def user_traceback(exc: BaseException, filename: str) -> str:
     if isinstance(exc, SyntaxError) and exc.filename == filename:
         return "".join(traceback.format_exception_only(type(exc), exc))
     tb = exc.__traceback__
@@ -120,7 +125,7 @@ def _execute_python(code: str, namespace: dict[str, Any], filename: str,
     """Run ``code`` like a REPL cell: ``(repr of the trailing expression, traceback text)``."""
     linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-    with _capture_this_thread(out):
+    with capture_this_thread({"stdout": out.append, "stderr": out.append}):
         try:
             tree = ast.parse(code, filename, "exec")
             last: ast.Expression | None = None
@@ -128,16 +133,16 @@ def _execute_python(code: str, namespace: dict[str, Any], filename: str,
                 tree.body.pop()
                 last = ast.Expression(tail.value)
             body = compile(tree, filename, "exec", flags=flags)
-            _run_code(body, namespace)
+            run_code(body, namespace)
             if last is None:
                 return None, None
-            value = _run_code(compile(last, filename, "eval", flags=flags), namespace)
+            value = run_code(compile(last, filename, "eval", flags=flags), namespace)
             return (None if value is None else repr(value)), None
         except BaseException as exc:  # the cell's own errors (and interrupts) are its output
-            return None, _user_traceback(exc, filename)
+            return None, user_traceback(exc, filename)
 
 
-def _run_code(code: Any, namespace: dict[str, Any]) -> Any:
+def run_code(code: Any, namespace: dict[str, Any]) -> Any:
     result = eval(code, namespace)
     if code.co_flags & inspect.CO_COROUTINE:
         result = asyncio.run(result)  # top-level await: a fresh loop in this worker thread
@@ -159,6 +164,68 @@ def _interrupt(run: _PythonRun) -> None:
                                                    ctypes.py_object(KeyboardInterrupt))
 
 
+@dataclass(frozen=True, slots=True)
+class ThreadRun(Generic[T]):
+    """How :func:`run_on_thread` ended: ``value`` the work's return (``None`` when it did not return
+    in time), ``stopped`` ``""``, ``"cancelled"`` or ``"timeout"``, and ``still_running`` when the
+    interrupt did not end the thread within the grace period."""
+
+    value: T | None
+    stopped: str = ""
+    still_running: bool = False
+
+
+async def run_on_thread(work: Callable[[], T], fallback: T, cancel: CancelToken | None = None,
+                        timeout: float | None = None, name: str = "soba-python") -> ThreadRun[T]:
+    """Run ``work`` on a fresh daemon thread (not the shared ``to_thread`` pool, so an interrupt never
+    lands in someone else's work) and await it, the event loop free. On cancel or after ``timeout``
+    seconds the thread gets a ``KeyboardInterrupt``; what ``work`` returns then (its own record of
+    the interrupt) is kept when it ends within the grace period. ``fallback`` is the result when the
+    interrupt lands outside ``work``."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+    run = _PythonRun()
+
+    def deliver(result: T) -> None:
+        if not done.done():
+            done.set_result(result)
+
+    def worker() -> None:
+        result = fallback
+        try:
+            result = work()
+        except BaseException:  # an interrupt that landed outside the work: the fallback says so
+            pass
+        finally:
+            with run.lock:
+                run.finished = True
+            with contextlib.suppress(RuntimeError):  # the loop may be gone if the agent shut down
+                loop.call_soon_threadsafe(deliver, result)
+
+    thread = threading.Thread(target=worker, name=name, daemon=True)
+    thread.start()
+    run.thread_id = thread.ident
+    waiters: set[asyncio.Future[Any]] = {done}
+    cancel_watch = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
+    if cancel_watch is not None:
+        waiters.add(cancel_watch)
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if cancel_watch is not None:
+            cancel_watch.cancel()
+        if not done.done():
+            _interrupt(run)
+    if done.done() and not done.cancelled():
+        return ThreadRun(done.result())
+    stopped = "cancelled" if cancel is not None and cancel.cancelled else "timeout"
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.shield(done), _PYTHON_INTERRUPT_GRACE)
+    if done.done():
+        return ThreadRun(done.result(), stopped)
+    return ThreadRun(None, stopped, still_running=True)
+
+
 async def run_python(code: str, namespace: dict[str, Any], cancel: CancelToken | None = None) -> PythonResult:
     """Run a cell on its own worker thread so the event loop stays free.
 
@@ -170,50 +237,16 @@ async def run_python(code: str, namespace: dict[str, Any], cancel: CancelToken |
     """
     filename = f"<soba-python-{next(_cell_numbers)}>"
     out: list[str] = []
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[tuple[str | None, str | None]] = loop.create_future()
-    run = _PythonRun()
-
-    def deliver(result: tuple[str | None, str | None]) -> None:
-        if not done.done():
-            done.set_result(result)
-
-    def worker() -> None:
-        result: tuple[str | None, str | None] = (None, "KeyboardInterrupt: interrupted before the code started\n")
-        try:
-            result = _execute_python(code, namespace, filename, out)
-        except BaseException:  # an interrupt that landed outside the cell: the default result says so
-            pass
-        finally:
-            with run.lock:
-                run.finished = True
-            with contextlib.suppress(RuntimeError):  # the loop may be gone if the agent shut down
-                loop.call_soon_threadsafe(deliver, result)
-
-    # A dedicated daemon thread (not the shared to_thread pool) so a cancel can interrupt it
-    # without the interrupt ever landing in someone else's work.
-    thread = threading.Thread(target=worker, name="soba-python", daemon=True)
-    thread.start()
-    run.thread_id = thread.ident
-    waiters: set[asyncio.Future[Any]] = {done}
-    cancel_watch = asyncio.ensure_future(cancel.wait()) if cancel is not None else None
-    if cancel_watch is not None:
-        waiters.add(cancel_watch)
-    try:
-        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if cancel_watch is not None:
-            cancel_watch.cancel()
-        if not done.done():
-            _interrupt(run)
-    if not done.done():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(done), _PYTHON_INTERRUPT_GRACE)
+    interrupted: tuple[str | None, str | None] = (None, "KeyboardInterrupt: interrupted before the code started\n")
+    ended = await run_on_thread(lambda: _execute_python(code, namespace, filename, out),
+                                interrupted, cancel)
+    if ended.stopped:
         text = "".join(out).rstrip("\n")
-        note = "[cancelled: the code was interrupted]" if done.done() else \
-            "[cancelled: the code could not be interrupted and may still be running in the background]"
+        note = "[cancelled: the code could not be interrupted and may still be running in the background]" \
+            if ended.still_running else "[cancelled: the code was interrupted]"
         return PythonResult((text + "\n" if text else ""), is_error=True, data={"cancelled": True}, footer=note)
-    value, error = done.result()
+    assert ended.value is not None
+    value, error = ended.value
     text = "".join(out)
     if error is not None:
         return PythonResult((text.rstrip("\n") + "\n" if text.strip() else "") + error.rstrip("\n"), is_error=True)

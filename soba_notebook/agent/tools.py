@@ -534,10 +534,12 @@ class ToolRegistry:
 def default_tools(config: ToolsConfig) -> ToolRegistry:
     """The built-in tools the config enables, ``variables`` (:mod:`.kernel_state`) and the notebook tools."""
     from .kernel_state import VARIABLES_TOOL
+    from .notebook_run import NOTEBOOK_RUN_TOOL
     from .notebook_tools import notebook_aware, notebook_tools
 
     chosen = [notebook_aware(t) for t in _TOOLS if t.requires is None or getattr(config, t.requires)]
-    tools = [*with_sandbox_note(chosen, config.sandbox), VARIABLES_TOOL, *notebook_tools(config)]
+    tools = [*with_sandbox_note(chosen, config.sandbox), VARIABLES_TOOL, *notebook_tools(config),
+             *([NOTEBOOK_RUN_TOOL] if config.allow_python else [])]
     return ToolRegistry(t for t in tools if _offered(t.name, config))
 
 

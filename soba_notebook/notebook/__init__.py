@@ -30,6 +30,10 @@ def load_ipython_extension(ipython: Any) -> None:
         verbatim.install(ipython)
     events = getattr(ipython, "events", None)
     if events is not None:  # the user's own cells: for the next turn's note and the kernel state's order
+        from .kernel_cells import KernelCells
+
+        magics.session.kernel_cells = KernelCells(ipython, magics.session.cell_history)  # notebook_run's cells
+        events.register("pre_run_cell", magics.session.kernel_cells.before_cell)
         events.register("post_run_cell", magics.session.after_cell)
 
 
@@ -47,6 +51,9 @@ def unload_ipython_extension(ipython: Any) -> None:
     if events is not None:
         with contextlib.suppress(ValueError):
             events.unregister("post_run_cell", magics.session.after_cell)
+        if magics.session.kernel_cells is not None:
+            with contextlib.suppress(ValueError):
+                events.unregister("pre_run_cell", magics.session.kernel_cells.before_cell)
     for kind, names in magics.magics.items():
         for name in list(names):
             ipython.magics_manager.magics[kind].pop(name, None)

@@ -118,6 +118,15 @@ class CellHistory:
             self._cells.append(CellRecord(number, source, outcome))
             self._runs.append(run)
 
+    def record_run(self, number: int, cell_id: str, source: str, outcome: str, traceback: str) -> None:
+        """A cell the agent ran (``notebook_run``): it joins the kernel's runs, not the next turn's note."""
+        secret = _secret_assignment(source)
+        shown = (f"(input withheld: the cell sets {secret}, which looks like a secret)" if secret
+                 else redact_text(source))
+        run = KernelRun(number, cell_id, shown, redact_text(outcome), "" if secret else redact_text(traceback))
+        with self._lock:
+            self._runs.append(run)
+
     def runs(self) -> list[KernelRun]:
         """Every run kept, oldest first (never cleared by :meth:`take`)."""
         with self._lock:

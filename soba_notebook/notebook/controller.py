@@ -57,6 +57,7 @@ from .board import CellBoard
 from .busy import busy_while_waiting
 from .cell_history import CellHistory, note_text
 from .display import CompactionSummary, Frontend, budget_line, detect_frontend, skip_text
+from .kernel_cells import KernelCells
 from .live import CellRenderer
 from .live_notebook import LiveNotebooks
 from .workspace_trust import WarningRegistry, config_saying_trust, trust_status
@@ -122,6 +123,8 @@ class NotebookSession:
         self.cell_history = CellHistory()
         self._background_queues: set[int] = set()  # ids of the event queues of background turns
         self.live_notebooks = LiveNotebooks()  # the notebook open in JupyterLab, through SOBA's extension
+        #: how notebook_run runs a cell in this kernel (set by the extension when there is a shell)
+        self.kernel_cells: KernelCells | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def config(self) -> SobaConfig:
@@ -207,6 +210,8 @@ class NotebookSession:
         notebooks.kernel_notebook = self.notebook_path
         notebooks.kernel_runs = self._kernel_runs
         notebooks.documents = self.live_notebooks
+        if self.kernel_cells is not None:
+            notebooks.cells = self.kernel_cells
 
     def notebook_path(self) -> str | None:
         """The kernel's notebook as Jupyter Server told it (``__session__``, ``JPY_SESSION_NAME``), or None."""
@@ -225,6 +230,8 @@ class NotebookSession:
     def after_cell(self, result: Any = None) -> None:
         """IPython's ``post_run_cell``: note the user's cell; keep the kernel state's order current."""
         self.cell_history.record(result)
+        if self.kernel_cells is not None:
+            self.kernel_cells.after_cell(result)
         if self.user_namespace is not None:
             tracker_for(self.user_namespace).observe()
 

@@ -1,0 +1,117 @@
+"""What IPython lends ``notebook_run``: the :class:`~soba_notebook.agent.cell_exec.CellKernel` of a kernel.
+
+A cell the agent runs should look as if the user ran it, so it takes from the shell what a user's
+run takes: the cell transformer (``%magic`` and ``!command`` lines), the next execution count, the
+display formatter for a trailing expression's rich reprs, and ``display()`` (IPython's display
+publisher), whose calls from the cell's thread are routed to the cell while every other thread's
+(the ``%soba`` cell's own rendering, the user's cells) publish as before.
+
+Execution counts: the shell's ``execution_count`` is the running cell's number while a cell runs
+(IPython adds one when it ends) and the next cell's number while the kernel is idle. So an agent
+run takes the idle kernel's next number and moves it on; while a cell runs (a foreground ``%soba``,
+or a user's cell during a background turn) it takes the number after the running cell's. The
+running cell then ends one number later (its reply's count), and the user's next cell continues
+the sequence: no number is used twice. The runs join the kernel's history
+(:class:`.cell_history.CellHistory`), so ``notebook_read`` lists them with the user's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from ..agent.cell_exec import DisplaySink
+from .cell_history import CellHistory
+
+__all__ = ["KernelCells"]
+
+
+class _RoutedPublisher:
+    """Stands in for the shell's ``display_pub``: the registered threads' ``publish`` calls go to
+    their sink, every other thread's to the real publisher."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.targets: dict[int, DisplaySink] = {}
+
+    def publish(self, data: dict[str, Any], metadata: dict[str, Any] | None = None, *args: Any, **kwargs: Any) -> None:
+        sink = self.targets.get(threading.get_ident())
+        if sink is None:
+            self.real.publish(data, metadata, *args, **kwargs)
+            return
+        sink(dict(data or {}), dict(metadata or {}))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+class KernelCells:
+    """The :class:`~soba_notebook.agent.cell_exec.CellKernel` of ``shell`` (module docstring)."""
+
+    def __init__(self, shell: Any, history: CellHistory) -> None:
+        self.shell = shell
+        self.history = history
+        self._lock = threading.Lock()
+        self._running = 0  # cells the shell is executing now (pre_run_cell .. post_run_cell)
+
+    # -- the shell's events (registered with post_run_cell by the extension) ------------------
+    def before_cell(self, _info: Any = None) -> None:
+        with self._lock:
+            self._running += 1
+
+    def after_cell(self, _result: Any = None) -> None:
+        with self._lock:
+            self._running = max(0, self._running - 1)
+
+    # -- CellKernel ---------------------------------------------------------------------------
+    def transform(self, source: str) -> str:
+        return str(self.shell.transform_cell(source))
+
+    def next_count(self) -> int:
+        with self._lock:
+            if self._running:
+                self.shell.execution_count += 1
+                return int(self.shell.execution_count)
+            number = int(self.shell.execution_count)
+            self.shell.execution_count = number + 1
+            return number
+
+    def result_data(self, value: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        data, metadata = self.shell.display_formatter.format(value)
+        return dict(data), dict(metadata)
+
+    @contextlib.contextmanager
+    def displays(self, sink: DisplaySink) -> Iterator[None]:
+        ident = threading.get_ident()
+        with self._lock:
+            router = self.shell.display_pub
+            if not isinstance(router, _RoutedPublisher):
+                router = _RoutedPublisher(router)
+                self.shell.display_pub = router
+            router.targets[ident] = sink
+        try:
+            yield
+            _flush_inline_figures()  # what the inline backend shows when a user's cell ends
+        finally:
+            with self._lock:
+                router.targets.pop(ident, None)
+                if not router.targets and self.shell.display_pub is router:
+                    self.shell.display_pub = router.real
+
+    def ran(self, cell_id: str, number: int, source: str, error: dict[str, Any] | None) -> None:
+        outcome = "ok" if error is None else f"{error.get('ename')}: {error.get('evalue')}"
+        trace = "" if error is None else "\n".join(str(line) for line in error.get("traceback") or ())
+        self.history.record_run(number, cell_id, source, outcome, trace)
+
+
+def _flush_inline_figures() -> None:
+    """Matplotlib's inline backend shows a cell's open figures after the cell; do it for this one."""
+    inline = sys.modules.get("matplotlib_inline.backend_inline")
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if inline is None or pyplot is None or "inline" not in str(pyplot.get_backend()):
+        return
+    with contextlib.suppress(Exception):  # a figure that fails to draw is the user's, not the run's
+        inline.flush_figures()
