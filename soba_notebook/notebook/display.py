@@ -168,6 +168,8 @@ class CompactionSummary:
                 parts.append(self.checkpoint_id)
             if self.quality in QUALITY_NOTES:
                 parts.append(QUALITY_NOTES[self.quality or ""])
+            if self.reason and (self.quality == "partial" or "ungrounded" in self.reason or "rejected" in self.reason):
+                parts.append(self.reason)  # why it is partial, what was dropped (by field)
         else:
             parts.append(f"{self.outcome}: {self.reason}" if self.reason else self.outcome)
             if self.tokens_before is not None:
