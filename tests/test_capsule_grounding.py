@@ -220,7 +220,7 @@ def test_the_completion_line_says_partial_and_the_terminal_marks_it(tmp_path: Pa
     (end,) = rec.of("compaction_end")
     summary = CompactionSummary.from_event(end.data)
     assert summary.status == "partial" and summary.chip.endswith("(partial)")
-    assert "partial (the model's summary had no usable goal or next steps)" in summary.text
+    assert "partial (the model's summary lacked a usable goal or next steps, or held junk)" in summary.text
     out = io.StringIO()
     TerminalBudgetDisplay(out, ansi=False).handle(Event("compaction_end", dict(end.data)))
     assert out.getvalue().strip().startswith("⚠ Context compaction") and "partial (" in out.getvalue()

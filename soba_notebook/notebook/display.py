@@ -68,7 +68,7 @@ STRIP_LIMIT = 6
 Frontend = Literal["widget", "terminal"]
 
 #: What the completion line says of a capsule that is not ``ok`` (session/payloads.py ``Quality``).
-QUALITY_NOTES = {"partial": "partial (the model's summary had no usable goal or next steps)",
+QUALITY_NOTES = {"partial": "partial (the model's summary lacked a usable goal or next steps, or held junk)",
                  "degraded": "degraded (local fallback capsule)"}
 
 
