@@ -153,10 +153,11 @@ def test_next_steps_that_are_all_template_text_make_the_capsule_partial_and_are_
     assert "no usable next steps" in (data["note"] or "")
 
 
-def test_one_real_next_step_among_template_text_is_ok_and_only_the_garbage_goes(tmp_path: Path) -> None:
+def test_template_text_among_real_next_steps_is_dropped_and_makes_it_partial(tmp_path: Path) -> None:
     answer = Capsule(goal="greet from greet.py", next_steps=("{{ next_step }}", "fix the failing test"))
     _, _, data, _ = compact(tmp_path, answer)
-    assert data["quality"] == "ok" and data["state"]["nextSteps"] == ["fix the failing test"]
+    assert data["quality"] == "partial" and data["state"]["nextSteps"] == ["fix the failing test"]
+    assert "junk dropped" in (data["note"] or "") and "nextSteps 1" in (data["note"] or "")
 
 
 def test_no_next_steps_when_the_history_names_some_is_partial_and_they_are_filled_from_it(tmp_path: Path) -> None:
@@ -219,7 +220,7 @@ def test_the_completion_line_says_partial_and_the_terminal_marks_it(tmp_path: Pa
     (end,) = rec.of("compaction_end")
     summary = CompactionSummary.from_event(end.data)
     assert summary.status == "partial" and summary.chip.endswith("(partial)")
-    assert "partial (the model's summary had no usable goal or next steps)" in summary.text
+    assert "partial (the model's summary lacked a usable goal or next steps, or held junk)" in summary.text
     out = io.StringIO()
     TerminalBudgetDisplay(out, ansi=False).handle(Event("compaction_end", dict(end.data)))
     assert out.getvalue().strip().startswith("⚠ Context compaction") and "partial (" in out.getvalue()

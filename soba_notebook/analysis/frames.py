@@ -63,7 +63,8 @@ TRANSCRIPT_COLUMNS = ("id", "parent_id", "type", "role", "tool_name", "tokens", 
 _VERDICTS = ["once", "session", "deny", "timeout", "cancelled"]
 CAPSULE_COLUMNS = ("checkpoint_id", "trigger", "quality", "tokens_before", "tokens_after", "reclaimed_tokens",
                    "reclaimed_percent", "first_kept_entry_id", "summarized_entries", "duration_ms", "operation_id",
-                   "ts", "entry_id", "source", "previous_checkpoint_id", "on_path", "ungrounded_claims")
+                   "ts", "entry_id", "source", "previous_checkpoint_id", "on_path", "ungrounded_claims",
+                   "ungrounded_by_field", "note")
 
 
 # -- helpers shared by the views ------------------------------------------------------------------
@@ -439,7 +440,16 @@ def capsules(session: SessionLike) -> pd.DataFrame:
     on_path                bool                on the current root-to-leaf path
     ungrounded_claims      Int64               model claims about files, checks or skills the
                                                history did not support, dropped (``<NA>``: not
-                                               recorded, a capsule written before the count)
+                                               recorded, a capsule written before the count):
+                                               files, checks and skills the history does not show,
+                                               goals and constraints no user message supports,
+                                               decisions, blockers and next steps naming what
+                                               never happened
+    ungrounded_by_field    string              the same per field, ``constraints 1, decisions 2``
+                                               (``<NA>``: none)
+    note                   string              the capsule's note: why it is ``partial`` (junk,
+                                               a missing goal or next steps), what was dropped, or
+                                               why the fallback was used
     ====================== =================== ====================================================
     """
     snap = snapshot(session)
@@ -479,7 +489,12 @@ def capsules(session: SessionLike) -> pd.DataFrame:
         rows["previous_checkpoint_id"].append(_str_or_none(d.get("previousCheckpointId")))
         rows["on_path"].append(entry.id in on_path)
         rows["ungrounded_claims"].append(_int_or_none(d.get("ungroundedClaims")))
-    strings = ("checkpoint_id", "first_kept_entry_id", "operation_id", "entry_id", "previous_checkpoint_id")
+        by_field = d.get("ungroundedByField")
+        rows["ungrounded_by_field"].append(", ".join(f"{k} {n}" for k, n in by_field.items())
+                                           if isinstance(by_field, dict) and by_field else None)
+        rows["note"].append(_str_or_none(d.get("note")))
+    strings = ("checkpoint_id", "first_kept_entry_id", "operation_id", "entry_id", "previous_checkpoint_id",
+               "ungrounded_by_field", "note")
     return pd.DataFrame({
         **{name: pd.Series(rows[name], dtype="string") for name in strings},
         "trigger": categorical(rows["trigger"], TRIGGER_CATEGORIES),

@@ -369,7 +369,7 @@ class CompactionEngine:
         """Generate the capsule and weigh it: the candidates, each measured, the last the one to append; ended when
         none may be appended (a missed ROI, no smaller context, over the hard limit) or on cancel."""
         plan = self._plan_of(op)
-        generated, quality, note, ungrounded = await self._generate(plan, cancel, progress, local=op.local)
+        generated, quality, note, by_field = await self._generate(plan, cancel, progress, local=op.local)
         capsule = self._fitted(op, generated, quality)
         if quality != "degraded":  # a fallback's server may still be busy with the abandoned summary
             await self.text_counts.learn(self._capsule_text(op, capsule, quality))
@@ -378,7 +378,10 @@ class CompactionEngine:
         progress("measure", 85)
         after = self._measure_after(op, plan, capsule, quality)
         op = self._observe(op, generated, capsule, quality, after)
-        op = op.choose(Candidate(capsule, quality, note, after, ungrounded, why="model"))
+        op = op.choose(Candidate(capsule, quality, note, after, by_field, why="model"))
+        if quality == "partial":  # the checks rejected it: the deterministic capsule replaces it when smaller
+            op = self._instead_of_partial(op)
+            quality, after = op.candidates[-1].quality, op.candidates[-1].after
         trigger = op.trigger
         if trigger not in EXEMPT_FROM_SOFT_ROI:
             roi = post_generation_roi(plan.tokens_before, after, self.config.compaction)  # seed section 6
@@ -467,7 +470,7 @@ class CompactionEngine:
             after = self._measure_after(op, smaller, capsule, "degraded")
             if after <= smaller.hard_limit:
                 return op.choose(Candidate(capsule, "degraded", "retained tail shrunk to fit the hard limit",
-                                           after, 0, why="shrunk"), plan=smaller)
+                                           after, (), why="shrunk"), plan=smaller)
         return None
 
     async def _smaller_than_before(self, op: Operation, model_after: int, *, idle: bool) -> Candidate | None:
@@ -482,17 +485,33 @@ class CompactionEngine:
             return None
         return Candidate(local, "degraded", (f"the model's capsule would have grown the context "
                                              f"({plan.tokens_before:,} → {model_after:,} tokens); the local "
-                                             f"deterministic capsule was used"), after, 0, why="local")
+                                             f"deterministic capsule was used"), after, (), why="local")
+
+    def _instead_of_partial(self, op: Operation) -> Operation:
+        """The plan's deterministic capsule chosen over the model's partial one (incomplete or holding
+        junk) when it renders smaller, as an explicit compaction prefers it over a capsule that grows the
+        context; the model's drop counts stay on the record. Else ``op`` unchanged."""
+        plan, model = self._plan_of(op), op.chosen
+        local = op.local or self._fitted(op)
+        assert model is not None, "called once the model's capsule is a candidate"
+        if self._rendered_tokens(op, local, "degraded") >= self._rendered_tokens(op, model.capsule, model.quality):
+            return op
+        note = (f"the model's capsule was rejected ({model.note or 'partial'}); the smaller local deterministic "
+                f"capsule was used")
+        return op.choose(Candidate(local, "degraded", note, self._measure_after(op, plan, local, "degraded"),
+                                   model.by_field, why="local"))
 
     async def _generate(self, plan: CompactionPlan, cancel: CancelToken, progress: Phase, *,
-                        local: Capsule | None = None) -> tuple[Capsule, Quality, str | None, int]:
-        """The capsule of ``plan``, its quality, the note, and the model's claims the history did not support (dropped;
-        0 for the fallback). ``local``: the plan's deterministic capsule, if made. Only the fallback is ``degraded``."""
+                        local: Capsule | None = None
+                        ) -> tuple[Capsule, Quality, str | None, tuple[tuple[str, int], ...]]:
+        """The capsule of ``plan``, its quality, the note, and per field the model's claims the history did not support
+        (dropped; none for the fallback). ``local``: the plan's deterministic capsule, if made. Only the fallback is
+        ``degraded``."""
         entries = list(plan.summarize)
         fallback = local or deterministic_capsule(entries, plan.previous_capsule, plan.previous_checkpoint_id)
         if self.parts.summarizer is None:
             progress("summarize", 80)
-            return fallback, "degraded", "no summarizer configured: local deterministic capsule", 0
+            return fallback, "degraded", "no summarizer configured: local deterministic capsule", ()
         request = SummaryRequest(tuple(entries), plan.previous_capsule, plan.instructions)
         task = asyncio.ensure_future(self.parts.summarizer.summarize(
             request, lambda f: progress("summarize", 10 + 70 * max(0.0, min(1.0, f)))))
@@ -505,18 +524,18 @@ class CompactionEngine:
         if task not in done:
             await abandon(task)  # abort the model request: timeout or cancellation
             if cancel.cancelled:
-                return fallback, "degraded", "cancelled", 0
+                return fallback, "degraded", "cancelled", ()
             progress("summarize", 80)
             return fallback, "degraded", (f"model summarization exceeded timeoutMs "
-                                          f"{self.config.compaction.timeout_ms}; local deterministic capsule used"), 0
+                                          f"{self.config.compaction.timeout_ms}; local deterministic capsule used"), ()
         try:
             summary = task.result()
         except Exception as exc:
             progress("summarize", 80)
-            return fallback, "degraded", f"model summarization failed ({exc}); local deterministic capsule used", 0
+            return fallback, "degraded", f"model summarization failed ({exc}); local deterministic capsule used", ()
         grounded = ground_plan_summary(plan, summary, fallback)
         progress("summarize", 80)
-        return grounded.capsule, grounded.quality, grounded.note, grounded.ungrounded
+        return grounded.capsule, grounded.quality, grounded.note, grounded.by_field
 
     def _measure_after(self, op: Operation, plan: CompactionPlan, capsule: Capsule, quality: Quality) -> int:
         """Exact size of the continuation: base + rendered capsule (with the id it is written with) + retained tail."""

@@ -103,6 +103,7 @@ def roll(previous: Capsule | None, newer: Capsule, *, previous_checkpoint: str |
                         previous.covers.count + newer.covers.count)
     return Capsule(
         goal=newer.goal or previous.goal,
+        latest_request=newer.latest_request or previous.latest_request,
         constraints=merge_unique(previous.constraints, newer.constraints),
         done=done,
         active=tuple(a for a in active if a not in done_set),
@@ -133,6 +134,7 @@ def with_facts(summary: Capsule, facts: Capsule) -> Capsule:
     return replace(
         summary,
         goal=summary.goal or facts.goal,
+        latest_request=facts.latest_request or summary.latest_request,
         constraints=merge_unique(summary.constraints, facts.constraints),
         files_read=facts.files_read,
         files_modified=facts.files_modified,
@@ -184,8 +186,9 @@ def render(capsule: Capsule, *, checkpoint_id: str | None = None, quality: str =
              "(use the recall tool with an entry id to read any of it)."]
     if handoff:
         lines.append(HANDOFF_NOTE)
-    # what the summarizer is asked to write is what the model reads back; covers is said last
-    sections = (_section(capsule, f.attr, f.kind, f.title) for f in CAPSULE_FIELDS if f.ask is not None)
+    # what the summarizer is asked to write is what the model reads back, with the user's latest
+    # request verbatim after the goal; covers is said last
+    sections = (_section(capsule, f.attr, f.kind, f.title) for f in CAPSULE_FIELDS if f.shown)
     lines.extend(section for section in sections if section)
     if capsule.covers.count:
         lines.append(f"(summarizes {capsule.covers.count} entries, {capsule.covers.first_id} .. "
@@ -198,6 +201,8 @@ def _section(capsule: Capsule, attr: str, kind: str, title: str) -> str:
     """One field as the model reads it: under its title, or nothing when empty (the goal is always said)."""
     value = getattr(capsule, attr)
     if kind == "text":
+        if not value and attr != "goal":
+            return ""
         return f"## {title}\n{value or '(not stated)'}"
     if not value:
         return ""

@@ -35,6 +35,7 @@ from ..session.entries import Entry
 from ..session.payloads import VerificationStatus, checkpoint_data, config_data
 from .capsule import Capsule, Decision, EntryRange, Verification, merge_unique, resolved_item, roll
 from .file_changes import FileChanges
+from .latest_request import latest_request
 from .shell_parse import ShellEffects, classify_shell_command, normalize_path
 from .verification import verification_outcome, verification_status
 
@@ -45,6 +46,7 @@ __all__ = [
     "classify_shell_command",
     "deterministic_capsule",
     "extract_facts",
+    "user_messages",
     "verification_status",
 ]
 
@@ -297,6 +299,16 @@ def _user(scan: _Scan, message: Mapping[str, Any]) -> None:
     scan.users.append(text)
 
 
+def user_messages(entries: Iterable[Entry]) -> tuple[str, ...]:
+    """What the user typed in ``entries``, in order: their messages' text, without UI commands
+    (``/compact``), capsules or loaded handoffs (the same messages the goal and corrections come from)."""
+    scan = _Scan(skills=[])
+    for entry in entries:
+        if entry.type == "message" and entry.message.get("role") == "user":
+            _user(scan, entry.message)
+    return tuple(scan.users)
+
+
 def _call_summary(name: str, args: Mapping[str, Any]) -> str:
     target = _arg(args, "command", "cmd", *_PATH_KEYS, "pattern", "name", "code", "entry_id")
     return f"{name}: {_clip(target, 120)}" if target else name
@@ -422,6 +434,7 @@ def _facts(scan: _Scan, entries: Sequence[Entry], *, goal_from_first_message: bo
     checks = sorted(scan.checks.values(), key=lambda item: item[0])[-MAX_VERIFICATIONS:]
     return Capsule(
         goal=goal,
+        latest_request=latest_request(users[-1]) if users else "",
         constraints=merge_unique(f"User: {_clip(c, CORRECTION_CHARS)}"
                                  for c in [c for c in map(_correction, corrections) if c][-MAX_CORRECTIONS:]),
         done=merge_unique(text for _, text in scan.milestones[-MAX_DONE:]),

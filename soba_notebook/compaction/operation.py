@@ -88,11 +88,17 @@ class Candidate:
     quality: Quality
     note: str | None
     after: int
-    #: the model's claims the history did not support (dropped); 0 for a local capsule
-    ungrounded: int
+    #: per field (JSON key), the model's claims the history did not support (dropped); none for a local
+    #: capsule, except one chosen over a rejected (partial) model capsule: it keeps that capsule's counts
+    by_field: tuple[tuple[str, int], ...]
     #: why it was made: ``model`` (the summarizer's, or its fallback), ``local`` (the deterministic
     #: capsule, smaller than the model's), ``shrunk`` (less kept verbatim to fit the hard limit)
     why: str
+
+    @property
+    def ungrounded(self) -> int:
+        """The model's claims the history did not support, dropped (all fields)."""
+        return sum(n for _, n in self.by_field)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +158,8 @@ class Operation:
             "tokensBefore": plan.tokens_before, "tokensAfter": chosen.after, "source": plan.source,
             "operationId": plan.operation_id, "previousCheckpointId": plan.previous_checkpoint_id,
             "summarizedEntries": plan.entry_count, "note": chosen.note, "ungroundedClaims": chosen.ungrounded}
+        if chosen.by_field:
+            data["ungroundedByField"] = dict(chosen.by_field)
         if "kernelState" in self.kernel_now:  # the only field kernel_state_field writes
             data["kernelState"] = self.kernel_now["kernelState"]
         if text_tokens is not None:

@@ -40,6 +40,7 @@ from .summary_budget import SUMMARY_MARGIN, fitted_output_budget, schema_output_
 
 __all__ = [
     "ASKED_FIELDS",
+    "PROMPT_INSTRUCTIONS",
     "SUMMARY_SYSTEM_PROMPT",
     "CompleteFn",
     "ModelSummarizer",
@@ -225,15 +226,25 @@ def serialize_entries(entries: Sequence[Entry]) -> str:
     return "\n\n".join(out)
 
 
+_PREVIOUS_HEADING = "Previous capsule state (roll it forward; keep what is still true):"
+_HISTORY_HEADING = "History to compact:"
+_USER_INSTRUCTIONS = "Additional instructions from the user:"
+_ANSWER_LINE = "Answer with the JSON object only."
+#: The prompt's own instruction lines (system prompt and the user prompt's fixed lines): a capsule
+#: item that repeats one is an echo of the prompt, not a fact about the work (:mod:`.claims`).
+PROMPT_INSTRUCTIONS: tuple[str, ...] = (
+    *(sentence for line in SUMMARY_SYSTEM_PROMPT.replace("\n", " ").split(". ") if (sentence := line.strip())),
+    *(f.ask for f in ASKED_FIELDS if f.ask), _PREVIOUS_HEADING, _HISTORY_HEADING, _USER_INSTRUCTIONS, _ANSWER_LINE)
+
+
 def build_summary_prompt(history: str, previous: Capsule | None, instructions: str | None) -> str:
     parts = []
     if previous is not None:
-        parts.append("Previous capsule state (roll it forward; keep what is still true):\n"
-                     + json.dumps(previous.to_json(), ensure_ascii=False))
-    parts.append("History to compact:\n<history>\n" + history + "\n</history>")
+        parts.append(f"{_PREVIOUS_HEADING}\n" + json.dumps(previous.to_json(), ensure_ascii=False))
+    parts.append(f"{_HISTORY_HEADING}\n<history>\n" + history + "\n</history>")
     if instructions:
-        parts.append(f"Additional instructions from the user: {instructions}")
-    parts.append("Answer with the JSON object only.")
+        parts.append(f"{_USER_INSTRUCTIONS} {instructions}")
+    parts.append(_ANSWER_LINE)
     return "\n\n".join(parts)
 
 

@@ -89,8 +89,8 @@ def mirror_decision(trigger: str, quality: str, problems: Sequence[str], explici
     if quality == "degraded":
         return False, "refused: degraded capsules are never mirrored"
     if quality == "partial":
-        return False, ("refused: partial capsules (the model's summary had no usable goal or next steps) are "
-                       "never mirrored")
+        return False, ("refused: partial capsules (the model's summary lacked a usable goal or next steps, or "
+                       "held junk) are never mirrored")
     if quality != "ok":
         return False, f"refused: capsule quality {quality!r} is not ok"
     if not (remember or config_switch):

@@ -69,7 +69,7 @@ STRIP_LIMIT = 6
 Frontend = Literal["widget", "terminal"]
 
 #: What the completion line says of a capsule that is not ``ok`` (session/payloads.py ``Quality``).
-QUALITY_NOTES = {"partial": "partial (the model's summary had no usable goal or next steps)",
+QUALITY_NOTES = {"partial": "partial (the model's summary lacked a usable goal or next steps, or held junk)",
                  "degraded": "degraded (local fallback capsule)"}
 
 
@@ -172,6 +172,8 @@ class CompactionSummary:
                 parts.append(self.checkpoint_id)
             if self.quality in QUALITY_NOTES:
                 parts.append(QUALITY_NOTES[self.quality or ""])
+            if self.reason and (self.quality == "partial" or "ungrounded" in self.reason or "rejected" in self.reason):
+                parts.append(self.reason)  # why it is partial, what was dropped (by field)
         else:
             parts.append(f"{self.outcome}: {self.reason}" if self.reason else self.outcome)
             if self.tokens_before is not None:

@@ -81,9 +81,10 @@ class EntryRange:
         return {"firstId": self.first_id, "lastId": self.last_id, "count": self.count}
 
 
-def _meta(key: str, kind: FieldKind, title: str, ask: str | None) -> dict[str, Any]:
-    """A capsule field's facts, as its ``dataclasses.field`` metadata (see :class:`CapsuleField`)."""
-    return {"key": key, "kind": kind, "title": title, "ask": ask}
+def _meta(key: str, kind: FieldKind, title: str, ask: str | None, *, shown: bool | None = None) -> dict[str, Any]:
+    """A capsule field's facts, as its ``dataclasses.field`` metadata (see :class:`CapsuleField`);
+    ``shown`` defaults to whether the model is asked for it."""
+    return {"key": key, "kind": kind, "title": title, "ask": ask, "shown": ask is not None if shown is None else shown}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,11 @@ class Capsule:
 
     # each field: its default, then (JSON key, kind, title, what the summarizer is asked to put there)
     goal: str = field(default="", metadata=_meta("goal", "text", "Goal", "the goal"))
+    #: the most recent user request of the covered history, verbatim (a long one keeps its head and
+    #: tail around a marker: ``compaction.extract.latest_request``); the code's, never the model's.
+    #: Stored only when non-empty, so a capsule without one hashes as before the field existed.
+    latest_request: str = field(default="", metadata=_meta(
+        "latestRequest", "text", "Latest user request (verbatim)", None, shown=True))
     constraints: tuple[str, ...] = field(
         default=(), metadata=_meta("constraints", "strings", "Constraints", "constraints the user set"))
     done: tuple[str, ...] = field(default=(), metadata=_meta("done", "strings", "Completed work", "what is done"))
@@ -127,6 +133,8 @@ class Capsule:
         out: dict[str, Any] = {"schemaVersion": CAPSULE_SCHEMA_VERSION}
         for f in CAPSULE_FIELDS:
             value = getattr(self, f.attr)
+            if f.optional and not value:
+                continue
             out[f.key] = (value if f.kind == "text" else value.to_json() if f.kind == "range"
                           else list(value) if f.kind == "strings" else [item.to_json() for item in value])
         return out
@@ -163,7 +171,7 @@ class CapsuleField:
     ``attr``: the attribute; ``key``: the JSON key of the stored form; ``kind``: what it holds;
     ``title``: the heading it is shown under (model input, ``.capsule.md``); ``ask``: what the
     summarizing model is asked to put in it, or ``None`` when the code fills it (``covers``,
-    ``rolledFrom``).
+    ``rolledFrom``, ``latestRequest``); ``shown``: whether the model input shows it.
     """
 
     attr: str
@@ -171,11 +179,19 @@ class CapsuleField:
     kind: FieldKind
     title: str
     ask: str | None
+    shown: bool = True
+
+    @property
+    def optional(self) -> bool:
+        """Filled by the code and shown, yet left out of the stored form when empty (``latestRequest``):
+        capsules written before it existed keep their exact stored form and hash."""
+        return self.ask is None and self.shown and self.kind == "text"
 
 
 #: The capsule's fields in their order (stored form, rendering, prompt).
 CAPSULE_FIELDS: tuple[CapsuleField, ...] = tuple(
-    CapsuleField(f.name, f.metadata["key"], f.metadata["kind"], f.metadata["title"], f.metadata["ask"])
+    CapsuleField(f.name, f.metadata["key"], f.metadata["kind"], f.metadata["title"], f.metadata["ask"],
+                 f.metadata["shown"])
     for f in fields(Capsule))
 
 

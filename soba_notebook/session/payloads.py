@@ -183,9 +183,12 @@ class CapsuleData(KernelStateData, total=False):
     previousCheckpointId: str | None
     summarizedEntries: int
     note: str | None
-    #: how many of the model's claims about files, checks and skills the history did not support
-    #: (dropped from ``state``; the count only, never the claims)
+    #: how many of the model's claims the history did not support (files, checks, skills; goals and
+    #: constraints no user message supports; items naming what never happened): dropped from ``state``;
+    #: the count only, never the claims
     ungroundedClaims: int
+    #: the dropped claims per capsule field (JSON key -> count); only fields with any
+    ungroundedByField: NotRequired[dict[str, int]]
     #: the server's own token count of the capsule's message text, where the server counted it
     #: (compaction/capsule_count.py): every later measure of the capsule uses it
     textTokens: int
