@@ -56,11 +56,22 @@ def test_text_that_says_anything_besides_template_syntax_is_not_a_placeholder(te
     assert not is_placeholder(text)
 
 
-def test_the_quality_vocabulary_is_one_literal_with_partial_between_ok_and_degraded() -> None:
-    from soba_notebook.analysis._common import QUALITY_CATEGORIES
-    from soba_notebook.memory.portable import QUALITIES
+def test_partial_sits_between_ok_and_degraded_where_qualities_are_ordered_and_is_accepted_where_checked() -> None:
+    """The vocabulary is one literal; what matters is how it behaves: the analysis views order a
+    quality column ok < partial < degraded (an unknown value is missing, never a new category), and
+    a portable capsule's quality is checked against the same three words."""
+    from soba_notebook.analysis._common import QUALITY_CATEGORIES, categorical
+    from soba_notebook.errors import CapsuleFormatError
+    from soba_notebook.memory.portable import PortableCapsule, export_text, new_capsule_id
 
-    assert get_args(Quality) == ("ok", "partial", "degraded") == QUALITIES == QUALITY_CATEGORIES
+    assert get_args(Quality) == ("ok", "partial", "degraded")
+    column = categorical(["degraded", "ok", "great", "partial"], QUALITY_CATEGORIES)
+    assert list(column.cat.categories) == ["ok", "partial", "degraded"]
+    assert column.isna().tolist() == [False, False, True, False]
+    capsule = Capsule(goal=GOAL)
+    assert "partial" in export_text(PortableCapsule(new_capsule_id(), capsule, quality="partial"))
+    with pytest.raises(CapsuleFormatError, match="quality 'great' is not one of ok, partial, degraded"):
+        export_text(PortableCapsule(new_capsule_id(), capsule, quality="great"))
 
 
 # -- the barrier, with a hostile model ---------------------------------------------------------------

@@ -22,7 +22,7 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,25 +51,6 @@ def shared_transcripts() -> list[Path]:
         return []
     return sorted(p for p in TRANSCRIPTS.rglob("*")
                   if p.is_file() and p.name.endswith((".jsonl", ".traj", ".traj.json")))
-
-
-def shared_params() -> list[Any]:
-    """One parameter per shared transcript; without them, one (``None``) that :func:`source` fails or skips."""
-    files = shared_transcripts()
-    if not files:
-        return [pytest.param(None, id="shared-data-absent")]
-    return [pytest.param(f, id=str(f.relative_to(TRANSCRIPTS))) for f in files]
-
-
-@pytest.fixture
-def source(request: pytest.FixtureRequest) -> Path:
-    """The transcript a test is parametrized with; without the shared data the test fails under CI and
-    skips with the reason elsewhere (conftest's ``require_shared``)."""
-    if request.param is None:
-        require_shared()
-        raise AssertionError(f"no transcripts (*.jsonl, *.traj, *.traj.json) under {TRANSCRIPTS}")
-    path: Path = request.param
-    return path
 
 
 def expected_format(path: Path) -> str:
@@ -154,40 +135,54 @@ def non_marker_entries(session: Path) -> list[Entry]:
     return [e for e in SessionStore.open(session).entries() if e.type != "leaf"]
 
 
-# -- real transcripts -----------------------------------------------------------------------------
-@pytest.mark.parametrize("source", shared_params(), indirect=True)
-def test_every_shared_transcript_imports_into_a_valid_session(source: Path,
-                                                              imported_shared: dict[Path, Imported]) -> None:
-    result = imported_shared[source]
+# -- real transcripts: one test per rule, each over every transcript, naming every one that breaks it --
+Check = Callable[[Path, Imported], None]
+
+
+def _each_transcript(check: Check) -> Callable[[dict[Path, Imported]], None]:
+    """A test that runs ``check`` on every shared transcript and fails naming each transcript (and
+    why) that breaks the rule; without the shared data it fails under CI and skips elsewhere."""
+    def test(imported_shared: dict[Path, Imported]) -> None:
+        if not imported_shared:
+            require_shared()
+            raise AssertionError(f"no transcripts (*.jsonl, *.traj, *.traj.json) under {TRANSCRIPTS}")
+        broken = []
+        for source, result in imported_shared.items():
+            try:
+                check(source, result)
+            except AssertionError as error:
+                broken.append(f"{source.relative_to(TRANSCRIPTS)}: {error}")
+        assert not broken, f"{len(broken)} of {len(imported_shared)} transcripts:\n" + "\n".join(broken)
+    test.__name__, test.__qualname__, test.__doc__ = check.__name__, check.__qualname__, check.__doc__
+    return test
+
+@_each_transcript
+def test_every_shared_transcript_imports_into_a_valid_session(source: Path, result: Imported) -> None:
     store = SessionStore.open(result.session)
     assert store.problems == []
     assert store.leaf_id is not None
     assert result.report.entries_written == len(store.entries())
 
 
-@pytest.mark.parametrize("source", shared_params(), indirect=True)
-def test_import_never_modifies_the_source(source: Path, imported_shared: dict[Path, Imported]) -> None:
-    result = imported_shared[source]
+@_each_transcript
+def test_import_never_modifies_the_source(source: Path, result: Imported) -> None:
     assert sha256(source) == result.sha_before == result.report.sha256
 
 
-@pytest.mark.parametrize("source", shared_params(), indirect=True)
-def test_header_records_imported_from_path_format_and_sha256(source: Path,
-                                                             imported_shared: dict[Path, Imported]) -> None:
-    result = imported_shared[source]
+@_each_transcript
+def test_header_records_imported_from_path_format_and_sha256(source: Path, result: Imported) -> None:
     header = SessionStore.open(result.session).header
     assert header["importedFrom"] == {"path": str(source.resolve()), "format": expected_format(source),
                                       "sha256": result.sha_before}
 
 
-@pytest.mark.parametrize("source", shared_params(), indirect=True)
-def test_format_detection_recognizes_each_shared_transcript(source: Path) -> None:
+@_each_transcript
+def test_format_detection_recognizes_each_shared_transcript(source: Path, result: Imported) -> None:
     assert detect_format(source) == expected_format(source)
 
 
-@pytest.mark.parametrize("source", shared_params(), indirect=True)
-def test_entry_counts_match_the_source_message_counts(source: Path, imported_shared: dict[Path, Imported]) -> None:
-    result = imported_shared[source]
+@_each_transcript
+def test_entry_counts_match_the_source_message_counts(source: Path, result: Imported) -> None:
     entries = non_marker_entries(result.session)
     assert len(entries) == len(source_records(source))  # one entry per source record, none dropped
     messages = [e for e in entries if e.type == "message"]
@@ -196,10 +191,8 @@ def test_entry_counts_match_the_source_message_counts(source: Path, imported_sha
     assert result.report.message_entries == len(messages)
 
 
-@pytest.mark.parametrize("source", shared_params(), indirect=True)
-def test_tool_pairs_are_intact_where_the_source_has_them_intact(source: Path,
-                                                                imported_shared: dict[Path, Imported]) -> None:
-    result = imported_shared[source]
+@_each_transcript
+def test_tool_pairs_are_intact_where_the_source_has_them_intact(source: Path, result: Imported) -> None:
     unpaired, orphans = source_tool_pairs(source)
     assert (result.report.unpaired_tool_calls, result.report.orphan_tool_results) == (unpaired, orphans)
     path = [e for e in SessionStore.open(result.session).path() if e.is_model_input]

@@ -30,26 +30,34 @@ def test_session_local_triggers_are_every_trigger_but_the_explicit_user_compact(
     assert {str(t) for t in Trigger} - SESSION_LOCAL_TRIGGERS == {"user"}
 
 
-@pytest.mark.parametrize(("trigger", "quality", "explicit", "remember", "config_switch"),
-                         list(itertools.product(TRIGGERS, QUALITIES, [False, True], [False, True], [False, True])))
-def test_mirror_decision_table(trigger: str, quality: str, explicit: bool, remember: bool,
-                               config_switch: bool) -> None:
-    mirrored, reason = mirror_decision(trigger, quality, [], explicit, remember, config_switch)
-    expected = trigger == "user" and explicit and quality == "ok" and (remember or config_switch)
-    assert mirrored is expected
+def _expected_reason(trigger: str, quality: str, explicit: bool, remember: bool, config_switch: bool,
+                     reason: str) -> bool:
+    """Whether ``reason`` is the one the row's first failing rule gives (or the mirroring one)."""
     if trigger in SESSION_LOCAL_TRIGGERS:
-        assert reason == f"refused: trigger {trigger} capsules stay session-local"
-    elif trigger != "user":
-        assert reason.startswith("refused:") and "not an explicit user compact" in reason
-    elif not explicit:
-        assert reason.startswith("refused:") and "explicitly" in reason
-    elif quality == "degraded":
-        assert reason == "refused: degraded capsules are never mirrored"
-    elif not (remember or config_switch):
-        assert reason == "refused: explicit compact without --remember and memory.mirrorExplicitCompacts is off"
-    else:
-        assert reason.startswith("mirrored:")
-        assert ("--remember" if remember else "memory.mirrorExplicitCompacts is on") in reason
+        return reason == f"refused: trigger {trigger} capsules stay session-local"
+    if trigger != "user":
+        return reason.startswith("refused:") and "not an explicit user compact" in reason
+    if not explicit:
+        return reason.startswith("refused:") and "explicitly" in reason
+    if quality == "degraded":
+        return reason == "refused: degraded capsules are never mirrored"
+    if not (remember or config_switch):
+        return reason == "refused: explicit compact without --remember and memory.mirrorExplicitCompacts is off"
+    return reason.startswith("mirrored:") and (
+        "--remember" if remember else "memory.mirrorExplicitCompacts is on") in reason
+
+
+def test_only_an_explicit_ok_user_compact_with_remember_or_the_switch_is_mirrored_and_refusals_say_why() -> None:
+    """The whole decision table (every trigger x quality x explicit x --remember x config switch), one
+    test that names every row that decides or explains wrongly."""
+    wrong = []
+    for row in itertools.product(TRIGGERS, QUALITIES, [False, True], [False, True], [False, True]):
+        trigger, quality, explicit, remember, config_switch = row
+        mirrored, reason = mirror_decision(trigger, quality, [], explicit, remember, config_switch)
+        expected = trigger == "user" and explicit and quality == "ok" and (remember or config_switch)
+        if mirrored is not expected or not _expected_reason(*row, reason):
+            wrong.append(f"{row}: mirrored={mirrored} {reason!r}")
+    assert not wrong, "\n".join(wrong)
 
 
 @pytest.mark.parametrize(("remember", "config_switch"), [(True, False), (False, True), (True, True)])
