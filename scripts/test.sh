@@ -5,7 +5,8 @@
 # the type checker (mypy; its settings are pyproject.toml's [tool.mypy]) and the whole suite. This is
 # the README's test command; CI's .ci/run calls it and nothing else.
 #
-#   scripts/test.sh [PYTEST ARGS...]          everything; the arguments go to every tier's pytest
+#   scripts/test.sh [PYTEST ARGS...]          everything; the arguments go to every tier's pytest,
+#                                             or, when they name test files, to one pytest of those
 #   scripts/test.sh --fast [PYTEST ARGS...]   lint, types and the unit tier without its `slow` tests,
 #                                             on two workers, and without installing llama-cpp-python,
 #                                             Chromium or bubblewrap (the sandbox tests skip without
@@ -50,7 +51,13 @@ tier() {  # tier FOLDER PARALLEL [PYTEST ARGS...]: one tier; exit status 5 (noth
   .venv/bin/python -m pytest -q ${xdist[@]+"${xdist[@]}"} "tests/$folder" "$@" || status=$?
   [ "$status" = 0 ] || [ "$status" = 5 ] || return "$status"
 }
-if [ "$fast" = 1 ]; then
+named=0  # arguments that name test files or folders run just those, in one pytest
+for arg in ${args[@]+"${args[@]}"}; do
+  if [ -e "${arg%%::*}" ]; then named=1; fi
+done
+if [ "$named" = 1 ]; then
+  .venv/bin/python -m pytest -q "${args[@]}"
+elif [ "$fast" = 1 ]; then
   # a -m given after this one (in the arguments) replaces it
   tier unit 1 -m "not slow" ${args[@]+"${args[@]}"}
 else

@@ -1,7 +1,7 @@
 """Issue 20 as a person sees it: JupyterLab 4 in Debian's Chromium, items 2, 4, 9 and 10.
 
-The behaviours are proved in real kernels elsewhere (tests/test_magic_prompts.py,
-tests/test_kernel_background_cell.py, tests/test_kernel_waiting.py, tests/test_live_cell.py); these
+The behaviours are proved in real kernels elsewhere (tests/unit/test_magic_prompts.py,
+tests/kernel/test_kernel_background_cell.py, tests/kernel/test_kernel_waiting.py, tests/unit/test_live_cell.py); these
 tests open a notebook built here with nbformat in JupyterLab, "Run > Run All Cells" as a user would,
 and read what each cell's output area holds in the page. Waits are on DOM state only (Playwright
 ``wait_for_function``, generous timeouts for a busy 2-core machine). Lab renders cells out of view

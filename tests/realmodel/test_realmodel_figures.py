@@ -58,7 +58,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
 
 @pytest.fixture(autouse=True)
 def idle_server(server: LocalServer) -> Iterator[None]:
-    """Every test starts on an idle server (see tests/test_realmodel.py)."""
+    """Every test starts on an idle server (see tests/realmodel/test_realmodel.py)."""
     server.wait_until_idle()
     yield
 

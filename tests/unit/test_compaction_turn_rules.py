@@ -252,7 +252,7 @@ def test_a_soft_capsule_that_missed_the_roi_is_not_asked_for_again_until_enough_
     the next ``turn_complete`` intent only once the context grew enough for a capsule to pass."""
     summ = FakeSummarizer(answer=_mid_sized)
     store, engine, rec = make_engine(tmp_path, small_config(tmp_path), summ)  # soft limit 13,600
-    engine.predictor = None  # the growth rule alone (with the prediction: tests/test_predicted_savings.py)
+    engine.predictor = None  # the growth rule alone (with the prediction: tests/unit/test_predicted_savings.py)
     fill(store, 9000)
     assert engine.record_turn_complete()
     asyncio.run(engine.preflight(TurnState()))

@@ -5,7 +5,7 @@ or does not come keeps the estimate and the turn goes on.
 
 Loopback tests on the fake server, which serves llama-server's ``/props``, ``/apply-template`` and
 ``/tokenize`` shapes, and the failure shapes the real server here cannot be made to produce (an
-answer without tokens, an endpoint that never answers). ``tests/test_realmodel.py`` checks the
+answer without tokens, an endpoint that never answers). ``tests/realmodel/test_realmodel.py`` checks the
 count against the real llama-server's ``usage.prompt_tokens``.
 """
 

@@ -20,7 +20,7 @@ from soba_notebook.notebook.magics import SobaMagics
 def shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[InteractiveShell]:
     """The one in-process shell with soba_notebook loaded, in ``tmp_path`` with a home whose
     ``~/.soba/config.json`` only turns approvals off (these tests are about other things, and no one
-    answers a question here; tests/test_approvals.py covers them): without a project config, the
+    answers a question here; tests/unit/test_approvals.py covers them): without a project config, the
     offline model. Other test files import it."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "home" / ".soba").mkdir(parents=True, exist_ok=True)

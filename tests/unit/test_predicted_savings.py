@@ -1,7 +1,7 @@
 """The prediction before a soft summary is requested (issue 20 item 8), and what a thrown-away
 summary cost, in the flight records and ``views.flight_records``.
 
-The seed's pre-generation gate stays as written (tests/test_compaction_engine.py); these tests
+The seed's pre-generation gate stays as written (tests/unit/test_compaction_engine.py); these tests
 prove the stricter check added after it: a soft summary is requested only when the continuation
 it is predicted to give passes the post-generation ROI.
 """

@@ -1,5 +1,5 @@
 """OpenAI-compatible servers as they really behave, reproduced on the loopback fake server: the
-cases the real llama-cpp-python server showed (tests/test_realmodel.py runs against it) and the
+cases the real llama-cpp-python server showed (tests/realmodel/test_realmodel.py runs against it) and the
 ones a real server of this machine cannot produce (vLLM's tool_choice refusal, OpenAI's
 structured outputs, a server that sends nothing at all)."""
 

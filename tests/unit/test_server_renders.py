@@ -2,7 +2,7 @@
 first request, said once (cell and ``%soba status``) with what to do, and not counted.
 
 Loopback tests on the fake server, which serves llama-server's ``/props`` and ``/apply-template``
-shapes; ``tests/test_realmodel_llama_server.py`` checks the same against the real llama-server.
+shapes; ``tests/realmodel/test_realmodel_llama_server.py`` checks the same against the real llama-server.
 """
 
 from __future__ import annotations

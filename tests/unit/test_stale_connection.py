@@ -9,7 +9,7 @@ the ``/tokenize`` after a streamed chat reply failed this way (and, in the fresh
 The loopback server here produces that shape every time: it answers the first request on each
 connection with keep-alive, then closes the connection when the next request on it arrives,
 without a byte of answer. The real-server check of the same path is
-``tests/test_realmodel_counts.py``'s capsule count on llama-server.
+``tests/realmodel/test_realmodel_counts.py``'s capsule count on llama-server.
 """
 
 from __future__ import annotations

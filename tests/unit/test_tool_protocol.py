@@ -2,7 +2,7 @@
 chat template drops tools, the definitions go into the system prompt, each answer is constrained to
 one JSON tool call or a reply, results go back as user messages, and the transcript keeps its
 canonical form. Loopback tests on the fake server (request shape and parsing);
-``tests/test_realmodel_llama_server.py`` runs the same on the real llama-server.
+``tests/realmodel/test_realmodel_llama_server.py`` runs the same on the real llama-server.
 """
 
 from __future__ import annotations
