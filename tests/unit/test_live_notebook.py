@@ -1,11 +1,7 @@
-"""The notebook open in JupyterLab, live: the kernel side of the request/reply protocol.
-
-A real kernel whose Jupyter session names a notebook, and a loopback front end
-(``live_frontend.LoopbackLab``: a second jupyter_client connection answering the comm as SOBA's
-JupyterLab extension does) that holds the open document with the user's unsaved typing. During a
-foreground ``%soba`` turn (the kernel's main shell busy), a scripted model reads the notebook and
-edits it: the reads see the open document, the edits change it and never the file. Without a
-front end the tools use the file and say so once.
+"""The notebook open in JupyterLab, live, without a kernel: the open document is found by any path to
+its file, never edited without a read (a refusal is an error, not a write to the file), and a notebook
+the front end does not hold falls back to the file, saying why once per reason. The turns in a real
+kernel against a loopback front end are in ``tests/kernel/test_live_notebook_kernel.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""What a ``%soba`` line means: a prompt ending in ``?`` reaches the agent verbatim (in a real
-kernel, read back from the session transcript), and a mistyped subcommand or option is named
-instead of being sent to the model as a prompt."""
+"""What a ``%soba`` line means: only our magic lines ending in ``?`` are rewritten so the prompt reaches
+the agent verbatim (the real-kernel check is ``tests/kernel/test_magic_prompts_kernel.py``), and a
+mistyped subcommand or option is named instead of being sent to the model as a prompt."""
 
 from __future__ import annotations
 

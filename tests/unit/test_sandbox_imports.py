@@ -4,8 +4,8 @@ The sandboxed ``shell`` may write the workspace, which is the kernel's working d
 its ``sys.path``. What a command leaves there that import would find is reviewed after it (kept only
 when nothing asks or the user keeps it; otherwise moved to ``.soba/quarantine/<call id>/`` and the
 earlier content restored), and SOBA's own lazy imports never load from there. Real bwrap on real
-files; the person answering a card is the one boundary stubbed (a fixed answer); the kernel test runs
-a real background cell that renders a real reply.
+files; the person answering a card is the one boundary stubbed (a fixed answer); the kernel test
+(``tests/kernel/test_sandbox_imports_kernel.py``) runs a real background cell that renders a real reply.
 """
 
 from __future__ import annotations
