@@ -2,7 +2,7 @@
 # Rebuilds the prebuilt JupyterLab extension soba_notebook/labextension/ (shipped in the wheel and
 # committed) from its sources in labextension/ (src/index.js, style/index.css, package.json,
 # package-lock.json), then records the sources' hash in soba_notebook/labextension/SOURCES.sha256;
-# tests/test_labextension.py fails when the committed build is older than its sources.
+# tests/unit/test_labextension.py fails when the committed build is older than its sources.
 #
 # Needs node >= 18 and npm, JupyterLab in the Python (for its core package versions), and the npm registry once (npm ci: @jupyterlab/builder only, about
 # 190 packages, 64 MB in labextension/node_modules, under a minute). Nothing is downloaded when

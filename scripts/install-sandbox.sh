@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what the sandbox tests (tests/test_sandbox.py, tools.sandbox = "bwrap") need, from this
+# Install what the sandbox tests (tests/unit/test_sandbox.py, tools.sandbox = "bwrap") need, from this
 # machine's registries only: Debian's bubblewrap, /usr/bin/bwrap (apt-get, only when bwrap is missing).
 # Idempotent: with bwrap on PATH it installs nothing.
 #

@@ -4,7 +4,7 @@
 ``tests/data/*.ipynb``) into its canonical stored form: no outputs, no execution counts, cell
 metadata reduced to ``tags``, notebook metadata reduced to the kernelspec and the language name,
 every cell with a stable id. ``--check`` changes nothing and exits 1 naming each file that is not
-in that form; the test suite runs the same check (tests/test_notebooks_clean.py), so a notebook
+in that form; the test suite runs the same check (tests/unit/test_notebooks_clean.py), so a notebook
 saved from JupyterLab with its outputs cannot be committed unnoticed.
 """
 

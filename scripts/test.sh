@@ -5,11 +5,18 @@
 # the type checker (mypy; its settings are pyproject.toml's [tool.mypy]) and the whole suite. This is
 # the README's test command; CI's .ci/run calls it and nothing else.
 #
-#   scripts/test.sh [PYTEST ARGS...]          everything; the arguments go to pytest
-#   scripts/test.sh --fast [PYTEST ARGS...]   lint, types and the suite without the realmodel and
-#                                             browser tiers, and without installing llama-cpp-python,
+#   scripts/test.sh [PYTEST ARGS...]          everything; the arguments go to every tier's pytest,
+#                                             or, when they name test files, to one pytest of those
+#   scripts/test.sh --fast [PYTEST ARGS...]   lint, types and the unit tier without its `slow` tests,
+#                                             on two workers, and without installing llama-cpp-python,
 #                                             Chromium or bubblewrap (the sandbox tests skip without
 #                                             it): a contributor's answer in minutes
+#
+# The tiers are folders (tests/unit, tests/faults, tests/kernel, tests/browser, tests/realmodel).
+# The whole run takes them one after another: unit and faults on two workers (pytest-xdist; every
+# test has its own directories and loopback ports), then kernel, browser and realmodel serially (each
+# test starts kernels, a JupyterLab or model servers that already use both cores). WORKERS sets the
+# worker count (default 2; 0 runs everything in one process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fast=0
@@ -34,10 +41,32 @@ if [ "$fast" = 0 ]; then
 fi
 .venv/bin/python -m ruff check soba_notebook tests bench scripts
 .venv/bin/python -m mypy
-if [ "$fast" = 1 ]; then
+workers=${WORKERS:-2}
+tier() {  # tier FOLDER PARALLEL [PYTEST ARGS...]: one tier; exit status 5 (nothing collected) is no failure
+  local folder=$1 parallel=$2 status=0
+  shift 2
+  local xdist=()
+  if [ "$parallel" = 1 ] && [ "$workers" != 0 ]; then xdist=(-n "$workers"); fi
+  echo "== tests/$folder"
+  .venv/bin/python -m pytest -q ${xdist[@]+"${xdist[@]}"} "tests/$folder" "$@" || status=$?
+  [ "$status" = 0 ] || [ "$status" = 5 ] || return "$status"
+}
+named=0  # arguments that name test files or folders run just those, in one pytest
+for arg in ${args[@]+"${args[@]}"}; do
+  if [ -e "${arg%%::*}" ]; then named=1; fi
+done
+if [ "$named" = 1 ]; then
+  .venv/bin/python -m pytest -q "${args[@]}"
+elif [ "$fast" = 1 ]; then
   # a -m given after this one (in the arguments) replaces it
-  .venv/bin/python -m pytest -q -m "not realmodel and not browser" ${args[@]+"${args[@]}"}
+  tier unit 1 -m "not slow" ${args[@]+"${args[@]}"}
 else
-  # the 25 slowest steps close the log, so a slow run says where its time went
-  .venv/bin/python -m pytest -q --durations=25 ${args[@]+"${args[@]}"}
+  # the slowest steps of each tier close its log, so a slow run says where its time went
+  failed=0
+  tier unit 1 --durations=10 ${args[@]+"${args[@]}"} || failed=1
+  tier faults 1 --durations=5 ${args[@]+"${args[@]}"} || failed=1
+  tier kernel 0 --durations=10 ${args[@]+"${args[@]}"} || failed=1
+  tier browser 0 --durations=5 ${args[@]+"${args[@]}"} || failed=1
+  tier realmodel 0 --durations=5 ${args[@]+"${args[@]}"} || failed=1
+  exit "$failed"
 fi

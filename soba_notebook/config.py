@@ -96,7 +96,7 @@ def _num(default: Any, low: float, high: float, **kw: Any) -> Any:
 
 
 #: the built-in tools' names, for ``tools.enabled`` / ``tools.disabled`` (the config sits below the
-#: agent, so the names are listed here; tests/test_tool_allow_list.py holds them equal to the registry's)
+#: agent, so the names are listed here; tests/unit/test_tool_allow_list.py holds them equal to the registry's)
 TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_files", "glob", "grep", "shell", "python", "recall",
               "checkpoint", "activate_skill", "deactivate_skill", "variables", "notebook_read", "notebook_edit",
               "notebook_run")

@@ -30,9 +30,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
+import os
 import select
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
@@ -47,8 +50,9 @@ from ..visible import controls_note, visible_controls
 if TYPE_CHECKING:
     from .board import CellBoard
 
-__all__ = ["APPROVAL_EVENT", "APPROVAL_SETTLED_EVENT", "SHOWN_WITHIN_S", "ApprovalSlot", "NotebookApprover",
-           "PendingApproval", "decision_text", "headless_reason", "parse_answer", "shown_request"]
+__all__ = ["APPROVAL_EVENT", "APPROVAL_SETTLED_EVENT", "SHOWN_WITHIN_ENV", "SHOWN_WITHIN_S", "ApprovalSlot",
+           "NotebookApprover", "PendingApproval", "decision_text", "headless_reason", "parse_answer",
+           "shown_request", "shown_within_s"]
 
 #: The queue item (never a bus event: it carries a live object) that asks the cell to show a question.
 APPROVAL_EVENT = "approval_request"
@@ -59,11 +63,32 @@ APPROVAL_SETTLED_EVENT = "approval_settled"
 #: as unanswerable (a headless run). Rendering takes well under a second in a live JupyterLab;
 #: the margin is for a loaded machine. Applies only when ``tools.approvalTimeoutMs`` is longer.
 SHOWN_WITHIN_S = 30.0
+#: The environment variable that replaces :data:`SHOWN_WITHIN_S` for a kernel (seconds, a positive
+#: number), read at each question: a test of the headless path in a real kernel, which cannot be
+#: patched from outside, sets it short instead of waiting the real bound.
+SHOWN_WITHIN_ENV = "SOBA_APPROVAL_SHOWN_WITHIN_S"
+
+
+def shown_within_s() -> float:
+    """The bound in force: :data:`SHOWN_WITHIN_ENV` when set to a positive number, else
+    :data:`SHOWN_WITHIN_S`. Any other value is named in a warning and the default is used."""
+    raw = os.environ.get(SHOWN_WITHIN_ENV, "").strip()
+    if not raw:
+        return SHOWN_WITHIN_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if value > 0 and math.isfinite(value):
+        return value
+    warnings.warn(f"{SHOWN_WITHIN_ENV}={raw!r} is not a positive number of seconds; the approval card "
+                  f"bound stays {SHOWN_WITHIN_S:g} s", stacklevel=2)
+    return SHOWN_WITHIN_S
 
 
 def headless_reason(seconds: float = SHOWN_WITHIN_S) -> str:
     """Why a question no front end showed was denied (the gate adds how to set the mode)."""
-    return (f"no front end showed the approval card within {seconds:,.0f} s, so no one could answer (a run "
+    return (f"no front end showed the approval card within {seconds:g} s, so no one could answer (a run "
             f"without a person at a notebook: nbclient, papermill, scripts/run_notebook.py, or a front end "
             f"without Jupyter widgets)")
 
@@ -280,13 +305,14 @@ class NotebookApprover:
             self._pending[request.call_id] = pending
         events.put(Event(APPROVAL_EVENT, {"pending": pending}))
         answer = asyncio.wrap_future(pending.future)
-        if self.frontend != "terminal" and request.timeout_s > SHOWN_WITHIN_S:
+        bound = shown_within_s()
+        if self.frontend != "terminal" and request.timeout_s > bound:
             shown = asyncio.wrap_future(pending.shown)
             either: set[asyncio.Future[Any]] = {answer, shown}
-            await asyncio.wait(either, timeout=SHOWN_WITHIN_S, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(either, timeout=bound, return_when=asyncio.FIRST_COMPLETED)
             if not answer.done() and not shown.done():
                 shown.cancel()
-                return Decision("deny", headless_reason(SHOWN_WITHIN_S), by="headless")
+                return Decision("deny", headless_reason(bound), by="headless")
         return await answer
 
     def settle(self, request: ApprovalRequest, decision: Decision) -> None:

@@ -6,7 +6,7 @@ installing soba_notebook never runs node. JupyterLab finds it in
 ``<prefix>/share/jupyter/labextensions/soba-notebook/``: a wheel installs it there as data files,
 and the install scripts link it there for the editable install (``scripts/install-labextension.sh``).
 ``SOURCES.sha256`` beside the build records the hash of the sources it was built from;
-``tests/test_labextension.py`` fails when they differ.
+``tests/unit/test_labextension.py`` fails when they differ.
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The browser tier (see tests/tier_support.py)."""

@@ -1,0 +1,1 @@
+"""The faults tier (see tests/tier_support.py)."""

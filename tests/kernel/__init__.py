@@ -1,0 +1,1 @@
+"""The kernel tier (see tests/tier_support.py)."""

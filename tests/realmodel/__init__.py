@@ -1,0 +1,1 @@
+"""The realmodel tier (see tests/tier_support.py)."""
