@@ -289,6 +289,7 @@ class Agent:
         except asyncio.CancelledError:
             run.outcome = "cancelled"
             self._close_dangling(run.written)
+            self.engine.publish()  # the next request, as the cancelled turn left it
             self.bus.emit("turn_end", **TurnEndPayload(session_id=self.store.id, outcome=run.outcome, error=None))
             raise
         except SobaError as exc:
@@ -391,6 +392,9 @@ class Agent:
             self.engine.record_turn_complete()
         if run.error and run.outcome == "failed":  # a stopped turn is a limit doing its job, not an error
             self.bus.emit("error", **ErrorPayload(source="agent", message=run.error))
+        # the next request, with the reply and tool results the turn appended: what the cell's
+        # end-of-turn line, the widget and ``%soba status`` show from now on (compaction/snapshot.py)
+        self.engine.publish()
         self.bus.emit("turn_end", **TurnEndPayload(session_id=self.store.id, outcome=run.outcome, error=run.error))
         return TurnResult(run.outcome, "\n\n".join(run.texts), run.error, run.turn.inferences, tuple(run.written))
 
