@@ -594,7 +594,9 @@ class Agent:
                                estimated_input_tokens=self.counter.calibrated(
                                    self.counter.count_text(call.system) + self.counter.count_text(call.prompt)),
                                summary_source=SummarySource(call.entries, previous))
-        response = await self.summary_provider.complete(request)
+        on_text = call.on_text
+        response = await self.summary_provider.complete(request, on_event=None if on_text is None else (
+            lambda event: on_text(str(event.data.get("text", ""))) if event.kind == "text" else None))
         return response.text
 
 

@@ -505,9 +505,13 @@ class CompactionEngine:
         if self.parts.summarizer is None:
             progress("summarize", 80)
             return fallback, "degraded", "no summarizer configured: local deterministic capsule", 0
-        request = SummaryRequest(tuple(entries), plan.previous_capsule, plan.instructions)
-        task = asyncio.ensure_future(self.parts.summarizer.summarize(
-            request, lambda f: progress("summarize", 10 + 70 * max(0.0, min(1.0, f)))))
+        # the size the model's capsule is expected to have: the local one's, scaled as the predictor learned
+        factor = self.parts.predictor.factor if self.parts.predictor is not None else 1.0
+        request = SummaryRequest(tuple(entries), plan.previous_capsule, plan.instructions,
+                                 expected_chars=round(len(json.dumps(fallback.to_json())) * factor))
+        progress.wait_for(self.config.model.compaction_model or self.config.model.model)
+        progress("summarize", 10)
+        task = asyncio.ensure_future(self.parts.summarizer.summarize(request, progress.summarizing))
         waiter = asyncio.ensure_future(cancel.wait())
         timeout = self.config.compaction.timeout_ms / 1000
         try:

@@ -230,6 +230,7 @@ class BudgetState:
         self.phase: str = "idle"
         self.percent: float = 0.0
         self.step: str | None = None
+        self.waiting_for: str | None = None
         self.trigger: str | None = None
         self.operation_id: str | None = None
         self.tokens_before: int | None = None
@@ -300,6 +301,7 @@ class BudgetState:
         self.phase = "compacting"
         self.percent = 0.0
         self.step = None
+        self.waiting_for = None
         self.operation_id = _as_str(data.get("operation_id"))
         self.trigger = _as_str(data.get("trigger"))
         self.tokens_before = _as_int(data.get("tokens_before"))
@@ -315,6 +317,7 @@ class BudgetState:
         if percent is not None:
             self.percent = max(self.percent, min(100.0, max(0.0, percent)))
         self.step = _as_str(data.get("phase")) or self.step
+        self.waiting_for = _as_str(data.get("waiting_for"))  # each event says whether it still waits
 
     def _on_compaction_end(self, data: Mapping[str, Any]) -> None:
         summary = CompactionSummary.from_event(data, hard_limit=self.hard)
@@ -386,7 +389,7 @@ class BudgetState:
         with self._lock:
             if self.phase != "compacting":
                 return ""
-            return progress_text(self.percent, self.trigger)
+            return progress_text(self.percent, self.trigger, self.waiting_for)
 
     @property
     def compactions(self) -> list[CompactionSummary]:

@@ -279,11 +279,13 @@ class CompactionStartPayload(TypedDict, total=False):
 
 
 class CompactionProgressPayload(TypedDict):
-    """``compaction_progress``: a named phase and a monotonic 0..100 percent."""
+    """``compaction_progress``: a named phase and a monotonic 0..100 percent; ``waiting_for``: the
+    model whose summary has not begun to arrive (the percent then moves with the time only)."""
 
     operation_id: str
     phase: str
     percent: int
+    waiting_for: NotRequired[str]
 
 
 class CompactionEndPayload(TypedDict):
