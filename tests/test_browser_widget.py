@@ -106,7 +106,7 @@ def test_budget_widget_renders_live_compaction_and_final_numbers_in_jupyterlab(t
         "zone": "ok",
     }
     assert result["numbers"].replace("\n", "") == (
-        "13,402 / 48,808 tokens (27.5%) · soft 39,046 · window 65,000")
+        "13,402 / 48,808 tokens (27.5%) · next request · soft 39,046 · window 65,000")  # after a compaction
     assert result["source"] == "provider usage"
     assert result["last"] == "auto_threshold · 41,230 → 12,877 tokens · reclaimed 68.8% · ck_ab12cd"
     assert result["progress_hidden"] is True
