@@ -9,6 +9,7 @@
 // Stable hooks for tests, on the root element (.soba-budget, [data-soba-budget]):
 //   data-effective, data-hard, data-soft, data-window   integers ("" when unknown)
 //   data-source        provider_usage | estimated | ""
+//   data-request       sent | next | "": which request the figure measures (the words: request_words)
 //   data-zone          ok | soft | over | unknown
 //   data-phase         idle | compacting | completed | skipped | failed | cancelled | stale
 //   data-progress      integer percent of the running / last compaction
@@ -89,6 +90,7 @@ function build(root) {
   const hard = h("span", "soba-budget__hard", numbers);
   h("span", "soba-budget__unit", numbers, " tokens");
   const usage = h("span", "soba-budget__usage", numbers);
+  const request = h("span", "soba-budget__request", numbers);
   const limits = h("span", "soba-budget__limits", numbers);
 
   const bar = h("div", "soba-budget__bar", box);
@@ -135,7 +137,7 @@ function build(root) {
   const error = h("div", "soba-budget__error", box);
 
   return {
-    box, session, source, effective, hard, usage, limits, bar, fill, softMark, progress,
+    box, session, source, effective, hard, usage, request, limits, bar, fill, softMark, progress,
     progressText, progressBar, progressFill, last, lastText, skip, strip, footer, spark, sparkHard, sparkSoft,
     sparkLine, sparkDot, sparkLabel, cost, notice, error,
   };
@@ -211,6 +213,7 @@ function update(ui, s) {
   d.soft = attr(s.soft);
   d.window = attr(s.window);
   d.source = attr(s.source);
+  d.request = attr(s.request);
   d.zone = attr(s.zone || "unknown");
   d.phase = phase;
   d.progress = String(progress);
@@ -232,6 +235,7 @@ function update(ui, s) {
   ui.effective.textContent = fmt(s.effective);
   ui.hard.textContent = fmt(s.hard);
   ui.usage.textContent = isNum(s.usage_percent) ? ` (${s.usage_percent.toFixed(1)}%)` : "";
+  ui.request.textContent = s.request_words ? ` · ${s.request_words}` : "";
   const limitParts = [`soft ${fmt(s.soft)}`];
   if (isNum(s.window)) limitParts.push(`window ${fmt(s.window)}`);
   ui.limits.textContent = ` · ${limitParts.join(" · ")}`;

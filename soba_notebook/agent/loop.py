@@ -319,6 +319,7 @@ class Agent:
         except asyncio.CancelledError:
             run.outcome = "cancelled"
             self._close_dangling(run.written)
+            self.engine.publish()  # the next request, as the cancelled turn left it
             self.bus.emit("turn_end", **TurnEndPayload(session_id=self.store.id, outcome=run.outcome, error=None))
             raise
         except SobaError as exc:
@@ -421,6 +422,9 @@ class Agent:
             self.engine.record_turn_complete()
         if run.error and run.outcome == "failed":  # a stopped turn is a limit doing its job, not an error
             self.bus.emit("error", **ErrorPayload(source="agent", message=run.error))
+        # the next request, with the reply and tool results the turn appended: what the cell's
+        # end-of-turn line, the widget and ``%soba status`` show from now on (compaction/snapshot.py)
+        self.engine.publish()
         self.bus.emit("turn_end", **TurnEndPayload(session_id=self.store.id, outcome=run.outcome, error=run.error))
         return TurnResult(run.outcome, "\n\n".join(run.texts), run.error, run.turn.inferences, tuple(run.written))
 
@@ -623,7 +627,9 @@ class Agent:
                                estimated_input_tokens=self.counter.calibrated(
                                    self.counter.count_text(call.system) + self.counter.count_text(call.prompt)),
                                summary_source=SummarySource(call.entries, previous))
-        response = await self.summary_provider.complete(request)
+        on_text = call.on_text
+        response = await self.summary_provider.complete(request, on_event=None if on_text is None else (
+            lambda event: on_text(str(event.data.get("text", ""))) if event.kind == "text" else None))
         self.spend.summary(self.summary_provider, response.model or model, response.usage)
         return response.text
 

@@ -4,6 +4,11 @@ From the flight records' ``budget`` entries when the session has them (what the 
 measured), otherwise by walking the session: an assistant reply's provider usage gives the exact
 prompt of the request that produced it (``input + cacheRead + cacheWrite``), and where a reply
 has none, SOBA's own estimate of that request stands in.
+
+The flight records also hold the *next* request as the displays showed it (``request: next``, after
+a turn, a compaction, a rewind: compaction/snapshot.py). Only the last one means anything once more
+inferences followed, so a history that ends on one ends with a ``next_request`` row: the figure the
+widget, the end-of-turn line and ``%soba status`` show, never drawn as a request sent.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ BUDGET_COLUMNS = ("inference", "event", "entry_id", "ts", "effective_tokens", "t
                   "hard_limit", "soft_limit", "context_window", "source", "origin", "compaction_trigger",
                   "compaction_outcome", "checkpoint_id")
 
+#: What a row is: a request sent, a compaction outside the barrier, the next request (last row only).
+BUDGET_EVENTS = ("inference", "compaction", "next_request")
+
 #: Triggers that run at the preflight barrier, before an inference (the others run on their own).
 _PREFLIGHT = frozenset({"hard_limit", "milestone", "plan_pivot", "turn_complete", "auto_threshold"})
 
@@ -73,8 +81,11 @@ def _from_flight(records: Sequence[Mapping[str, Any]]) -> list[_Row]:
     the inference it ran before (its 'after' budget record becomes ``tokens_after``)."""
     rows: list[_Row] = []
     awaiting_after = False
-    for rec in map(snake_fields, records):  # one spelling, whichever a file's records used
+    records = [snake_fields(rec) for rec in records]  # one spelling, whichever a file's records used
+    for rec in records:
         kind = rec.get("kind")
+        if kind == "budget" and rec.get("request") == "next":
+            continue  # a display's figure, not a request sent: only the last one counts (below)
         if kind == "budget":
             effective = _int(rec.get("effective"))
             turn_inference = _int(rec.get("inference"))
@@ -109,6 +120,12 @@ def _from_flight(records: Sequence[Mapping[str, Any]]) -> list[_Row]:
                                  source=rec.get("source"), origin="flight", trigger=trigger, outcome=outcome,
                                  checkpoint=checkpoint))
                 awaiting_after = False
+    if records and records[-1].get("kind") == "budget" and records[-1].get("request") == "next":
+        rec = records[-1]
+        effective = _int(rec.get("effective"))
+        rows.append(_Row("next_request", ts=rec.get("ts"), effective=effective, after=effective,
+                         hard=_int(rec.get("hard_limit")), soft=_int(rec.get("soft_limit")),
+                         window=_int(rec.get("context_window")), source=rec.get("source"), origin="flight"))
     return rows
 
 
@@ -175,7 +192,9 @@ def budget_history(session: SessionLike, config: SobaConfig | None = None) -> pd
     ================== =================== ==================================================
     inference          Int64               0, 1, 2… in order
     event              category            ``inference``, or ``compaction`` for a compaction
-                                           outside the barrier (``%compact``, overflow recovery)
+                                           outside the barrier (``%compact``, overflow recovery),
+                                           or, last, ``next_request``: the next request as the
+                                           displays show it, not sent yet
     entry_id           string              the assistant reply (session walk only)
     ts                 datetime64[ns, UTC] when it was measured / replied
     effective_tokens   Int64               effective tokens before the barrier
@@ -198,7 +217,7 @@ def budget_history(session: SessionLike, config: SobaConfig | None = None) -> pd
         rows = _from_session(snap, config or _default_config(snap))
     return pd.DataFrame({
         "inference": int64(range(len(rows))),
-        "event": categorical((r.event for r in rows), ("inference", "compaction")),
+        "event": categorical((r.event for r in rows), BUDGET_EVENTS),
         "entry_id": pd.Series([r.entry_id for r in rows], dtype="string"),
         "ts": utc_times(r.ts if isinstance(r.ts, str) else None for r in rows),
         "effective_tokens": int64(r.effective for r in rows),
@@ -255,6 +274,8 @@ def plot_budget(data: pd.DataFrame | SessionLike, ax: Any = None, *, title: str 
     matplotlib ``Axes``.
     """
     frame = data if isinstance(data, pd.DataFrame) else budget_history(data)
+    if "event" in frame.columns:  # the next request is a display's figure, never a request sent
+        frame = frame[frame["event"] != "next_request"].reset_index(drop=True)
     missing = [c for c in ("effective_tokens", "hard_limit", "soft_limit") if c not in frame.columns]
     if missing:
         raise ValueError(f"plot_budget needs a budget_history() frame; missing columns: {', '.join(missing)}")

@@ -43,6 +43,7 @@ from ..ownership import Owner
 from ..session.entries import Entry
 from ..session.model_input import ModelInputBuilder
 from ..session.payloads import (
+    BudgetRequest,
     CompactionEndPayload,
     CompactionProgressPayload,
     CostFields,
@@ -109,6 +110,7 @@ class CompactionEngine:
         self.last_outcome: CompactionOutcome | None = None
         #: what every display reads (compaction/snapshot.py): published here, on the engine's thread
         self._published = SnapshotBox()
+        self._recorded_next: tuple[str | None, str, int] | None = None  # the last ``next`` figure in the flight file
         self._inference = 0
         capsule = self.inputs.capsule  # a reopened session's last compaction is the capsule in force
         self._last_done: CompactionEndPayload | None = compaction_of_capsule(capsule) if capsule else None
@@ -149,15 +151,25 @@ class CompactionEngine:
         """Measure the next request. Mutates the tracker: only on the thread that owns the engine."""
         return self.tracker.check()
 
-    def publish(self, check: BudgetCheck | None = None, inference: int | None = None) -> BudgetSnapshot:
+    def publish(self, check: BudgetCheck | None = None, inference: int | None = None, *,
+                request: BudgetRequest = "next") -> BudgetSnapshot:
         """Measure (unless ``check`` is given), publish the snapshot every display reads, and emit
-        it as a ``budget`` event. On the engine's thread only, like :meth:`measure`."""
+        it as a ``budget`` event. On the engine's thread only, like :meth:`measure`.
+
+        ``request``: which request ``check`` measures (compaction/snapshot.py). A ``next`` figure
+        that differs from the last one recorded is a flight record too, so ``views.budget_history``
+        ends on the figure the displays show."""
         check = check or self.measure()
         self._inference = self._inference if inference is None else inference
         snapshot = BudgetSnapshot.of(self.store.id, self._inference, check, last_compaction=self._last_done,
                                      skipped=self._last_skip,
-                                     pending_intents=tuple(i.trigger.value for i in self.intents.pending()))
+                                     pending_intents=tuple(i.trigger.value for i in self.intents.pending()),
+                                     request=request)
         self._published.publish(snapshot)
+        seen = (check.leaf_id, check.context_key, check.effective)
+        if request == "next" and self.parts.flight is not None and seen != self._recorded_next:
+            self._recorded_next = seen  # recorded before the event: a display that shows it finds it there
+            self.parts.flight.record("budget", {"inference": self._inference, "request": "next", **check.to_event()})
         self.bus.emit("budget", **snapshot.event())
         return snapshot
 
@@ -237,7 +249,8 @@ class CompactionEngine:
                 f"the next request needs {after.effective} tokens, over the hard limit {after.hard_limit}, and "
                 f"compaction ({outcome.outcome}: {outcome.reason or 'no reason given'}) could not bring it under; "
                 f"nothing was sent")
-        if outcome.outcome == "completed" and self.parts.flight is not None:  # published when it ended
+        self.publish(after, request="sent")  # what this inference sends (the compaction's end said ``next``)
+        if outcome.outcome == "completed" and self.parts.flight is not None:
             self.parts.flight.record("budget", {"inference": turn.inferences, **after.to_event()})
         return after
 
@@ -512,9 +525,13 @@ class CompactionEngine:
         if self.parts.summarizer is None:
             progress("summarize", 80)
             return fallback, "degraded", "no summarizer configured: local deterministic capsule", ()
-        request = SummaryRequest(tuple(entries), plan.previous_capsule, plan.instructions)
-        task = asyncio.ensure_future(self.parts.summarizer.summarize(
-            request, lambda f: progress("summarize", 10 + 70 * max(0.0, min(1.0, f)))))
+        # the size the model's capsule is expected to have: the local one's, scaled as the predictor learned
+        factor = self.parts.predictor.factor if self.parts.predictor is not None else 1.0
+        request = SummaryRequest(tuple(entries), plan.previous_capsule, plan.instructions,
+                                 expected_chars=round(len(json.dumps(fallback.to_json())) * factor))
+        progress.wait_for(self.config.model.compaction_model or self.config.model.model)
+        progress("summarize", 10)
+        task = asyncio.ensure_future(self.parts.summarizer.summarize(request, progress.summarizing))
         waiter = asyncio.ensure_future(cancel.wait())
         timeout = self.config.compaction.timeout_ms / 1000
         try:
@@ -593,6 +610,7 @@ class CompactionEngine:
         return result
 
     def _budget_record(self, check: BudgetCheck, turn: TurnState) -> None:
-        self.publish(check, self._inference + 1)  # the agent's nth inference, never the turn's (a widget point each)
+        # the agent's nth inference, never the turn's (a widget point each)
+        self.publish(check, self._inference + 1, request="sent")
         if self.parts.flight is not None:
             self.parts.flight.record("budget", {"inference": turn.inferences, **check.to_event()})

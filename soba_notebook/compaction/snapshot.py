@@ -8,6 +8,12 @@ Now the engine, on the thread that owns it, publishes a :class:`BudgetSnapshot` 
 the latest one. The ``budget`` event carries the same fields (:meth:`BudgetSnapshot.event`), so
 a display fed by the bus holds exactly what ``%soba status`` reads.
 
+Every snapshot says which request it measures (``request``): the one the running inference sent
+(published before each inference), or the next one SOBA would send (after a turn, a compaction,
+a rewind, or when a display asks between turns). A turn's end publishes a ``next`` snapshot, so
+the cell's end-of-turn line and the widget under it show the request the reply and tool results
+made, not the smaller one sent before them; :data:`REQUEST_WORDS` is how every display says it.
+
 "Last compaction" means the last one that did something (completed, failed, cancelled, stale);
 a skipped one is a note (``skipped``) that a later compaction clears, as the widget has always
 shown it. A reopened session's last compaction comes from the capsule in force
@@ -24,9 +30,12 @@ from typing import Any, cast
 
 from ..budget import BudgetCheck
 from ..session.entries import Entry
-from ..session.payloads import BudgetPayload, BudgetSource, CompactionEndPayload, capsule_data
+from ..session.payloads import BudgetPayload, BudgetRequest, BudgetSource, CompactionEndPayload, capsule_data
 
-__all__ = ["BudgetSnapshot", "SnapshotBox", "compaction_of_capsule"]
+__all__ = ["REQUEST_WORDS", "BudgetSnapshot", "SnapshotBox", "compaction_of_capsule"]
+
+#: What each display says a figure measures.
+REQUEST_WORDS: Mapping[str, str] = MappingProxyType({"sent": "last request sent", "next": "next request"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,19 +57,25 @@ class BudgetSnapshot:
     last_compaction: Mapping[str, Any] | None = None
     skipped: Mapping[str, Any] | None = None
     pending_intents: tuple[str, ...] = ()
+    request: BudgetRequest = "next"
 
     @classmethod
     def of(cls, session_id: str, inference: int, check: BudgetCheck, *,
            last_compaction: Mapping[str, Any] | None = None, skipped: Mapping[str, Any] | None = None,
-           pending_intents: tuple[str, ...] = ()) -> BudgetSnapshot:
+           pending_intents: tuple[str, ...] = (), request: BudgetRequest = "next") -> BudgetSnapshot:
         return cls(session_id, inference, check.effective, check.hard_limit, check.soft_limit, check.context_window,
-                   check.source, check.leaf_id, _frozen(last_compaction), _frozen(skipped), pending_intents)
+                   check.source, check.leaf_id, _frozen(last_compaction), _frozen(skipped), pending_intents, request)
+
+    @property
+    def request_words(self) -> str:
+        """Which request the figure measures, in the words every display uses."""
+        return REQUEST_WORDS[self.request]
 
     def event(self) -> BudgetPayload:
         """The ``budget`` event's payload: the measurement, and the compaction lines it goes with."""
         payload = BudgetPayload(session_id=self.session_id, inference=self.inference, effective=self.effective,
                                 hard_limit=self.hard_limit, soft_limit=self.soft_limit,
-                                context_window=self.context_window, source=self.source)
+                                context_window=self.context_window, source=self.source, request=self.request)
         payload["last_compaction"] = _payload(self.last_compaction)
         payload["skipped"] = _payload(self.skipped)
         return payload

@@ -27,7 +27,7 @@ import math
 import re
 import textwrap
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import CapsuleFormatError
@@ -36,6 +36,7 @@ from ..session.entries import Entry
 from ..session.payloads import checkpoint_data
 from ..tokens import TokenCounter
 from .capsule import Capsule, roll
+from .progress import streamed_share
 from .summary_budget import SUMMARY_MARGIN, fitted_output_budget, schema_output_tokens, summary_output_budget
 
 __all__ = [
@@ -164,9 +165,13 @@ def _bounded_schema(text_len: int, items: int, asked: Sequence[CapsuleField]) ->
 
 @dataclass(frozen=True, slots=True)
 class SummaryRequest:
+    """What to summarize; ``expected_chars``: the size the capsule's JSON is expected to have (0:
+    unknown), what the live progress measures the streamed answer against."""
+
     entries: tuple[Entry, ...]
     previous: Capsule | None
     instructions: str | None = None
+    expected_chars: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +188,8 @@ class SummaryCall:
     max_output_tokens: int
     entries: tuple[Entry, ...]
     previous: Capsule | None
+    #: told each piece of the answer's text as it streams in (the live progress), if the model streams
+    on_text: Callable[[str], None] | None = field(default=None, compare=False)
 
 
 #: a :class:`SummaryCall` -> the model's text answer
@@ -340,14 +347,28 @@ class ModelSummarizer:
             chunk = entries[done:end]
             history = _fit(serialize_entries(chunk), room, self.counter)
             prompt = build_summary_prompt(history, state, request.instructions)
-            answer = await self.complete(SummaryCall(SUMMARY_SYSTEM_PROMPT, prompt, self.max_output_tokens,
-                                                     tuple(chunk), state))
+            answer = await self.complete(SummaryCall(
+                SUMMARY_SYSTEM_PROMPT, prompt, self.max_output_tokens, tuple(chunk), state,
+                on_text=_streamed(progress, done / len(entries), (end - done) / len(entries), request.expected_chars)))
             summary = parse_capsule_answer(answer)
             # the model saw the previous state; rolling keeps anything it forgot to carry over
             state = roll(state, summary)
             done = max(end, 1)
             progress(min(1.0, done / max(1, len(entries))))
         return state or Capsule()
+
+
+def _streamed(progress: ProgressFn, start: float, span: float, expected: int) -> Callable[[str], None]:
+    """A chunk's text as it streams in, as progress: from ``start``, ``span`` of the whole when its
+    answer is done; each chunk's answer is a whole capsule, of about ``expected`` characters."""
+    size = 0
+
+    def on_text(piece: str) -> None:
+        nonlocal size
+        size += len(piece)
+        progress(start + span * streamed_share(size, expected))  # 0 of its span with no size expected
+
+    return on_text
 
 
 def _fit(history: str, budget: int, counter: TokenCounter) -> str:

@@ -162,6 +162,8 @@ def _budget_words(snapshot: Mapping[str, Any]) -> str:
     words = f"context {format_tokens(effective)} / {format_tokens(hard)} tokens"
     if snapshot.get("usage_percent") is not None:
         words += f" ({snapshot['usage_percent']:.1f}%)"
+    if snapshot.get("request_words"):
+        words += f", {snapshot['request_words']}"
     return words
 
 
@@ -208,6 +210,8 @@ def _status_value(key: str, status: Mapping[str, Any]) -> str:
     value = status.get(key)
     if key == "effective":
         words = f"{format_tokens(value)} / {format_tokens(status.get('hard_limit'))} tokens"
+        if status.get("request_words"):
+            words += f", {status['request_words']}"
         return words + f" (soft {format_tokens(status.get('soft_limit'))}, {status.get('source') or 'not measured'})"
     if key == "skip_note":
         return str(value) if value else "none"

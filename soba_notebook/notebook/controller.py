@@ -506,6 +506,8 @@ class NotebookSession:
             "hard_limit": snapshot.hard_limit if snapshot else None,
             "soft_limit": snapshot.soft_limit if snapshot else None,
             "source": snapshot.source if snapshot else None, "measured": measured,
+            "request": snapshot.request if snapshot else None,
+            "request_words": snapshot.request_words if snapshot else None,
             "auto_compact": handle.agent.config.compaction.auto,
             "pending_intents": list(snapshot.pending_intents) if snapshot else [],
             "active_skills": list(handle.agent.skills.active()),

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TextIO, get_args
 
+from ..compaction.snapshot import REQUEST_WORDS
 from ..events import Event, EventBus
 from ..pricing import spend_text, summary_cost_text
 from ..session.payloads import Outcome
@@ -204,7 +205,8 @@ class BudgetState:
 
     ``apply`` takes every event type and ignores the ones it has no use for. The state it keeps:
 
-    * the latest measurement — effective, hard, soft, window, source, inference;
+    * the latest measurement — effective, hard, soft, window, source, inference, and which request
+      it measures (``request``: ``sent`` or ``next``; ``request_words`` says it as every display does);
     * ``phase``: ``idle``, ``compacting``, or the outcome of the compaction that just ended (it
       returns to ``idle`` at the next ``turn_start``);
     * progress of the running compaction, in percent, never decreasing within one operation;
@@ -232,9 +234,11 @@ class BudgetState:
         self.window: int | None = None
         self.source: str | None = None
         self.inference: int | None = None
+        self.request: str | None = None
         self.phase: str = "idle"
         self.percent: float = 0.0
         self.step: str | None = None
+        self.waiting_for: str | None = None
         self.trigger: str | None = None
         self.operation_id: str | None = None
         self.tokens_before: int | None = None
@@ -279,6 +283,7 @@ class BudgetState:
         if window is not None:
             self.window = window
         self.source = _as_str(data.get("source")) or self.source
+        self.request = _as_str(data.get("request")) or self.request
         inference = _as_int(data.get("inference"))
         self.inference = inference if inference is not None else self.inference
         self._take_compaction_lines(data)
@@ -307,6 +312,7 @@ class BudgetState:
         self.phase = "compacting"
         self.percent = 0.0
         self.step = None
+        self.waiting_for = None
         self.operation_id = _as_str(data.get("operation_id"))
         self.trigger = _as_str(data.get("trigger"))
         self.tokens_before = _as_int(data.get("tokens_before"))
@@ -322,6 +328,7 @@ class BudgetState:
         if percent is not None:
             self.percent = max(self.percent, min(100.0, max(0.0, percent)))
         self.step = _as_str(data.get("phase")) or self.step
+        self.waiting_for = _as_str(data.get("waiting_for"))  # each event says whether it still waits
 
     def _on_compaction_end(self, data: Mapping[str, Any]) -> None:
         summary = CompactionSummary.from_event(data, hard_limit=self.hard)
@@ -341,6 +348,7 @@ class BudgetState:
                 # What the next request will contain; a later ``budget`` event refines it.
                 self.effective = summary.tokens_after
                 self.source = summary.source or self.source
+                self.request = "next"
 
     def _on_turn_start(self, data: Mapping[str, Any]) -> None:
         self.turn_active = True
@@ -395,7 +403,7 @@ class BudgetState:
         with self._lock:
             if self.phase != "compacting":
                 return ""
-            return progress_text(self.percent, self.trigger)
+            return progress_text(self.percent, self.trigger, self.waiting_for)
 
     @property
     def compactions(self) -> list[CompactionSummary]:
@@ -423,6 +431,8 @@ class BudgetState:
                 "window": self.window,
                 "source": self.source,
                 "inference": self.inference,
+                "request": self.request,
+                "request_words": REQUEST_WORDS.get(self.request or ""),
                 "usage_percent": usage,
                 "zone": self._zone(),
                 "phase": self.phase,
@@ -458,8 +468,8 @@ class BudgetState:
 def budget_line(snapshot: Mapping[str, Any]) -> str:
     """One-line summary for ``%budget`` and text reprs.
 
-    ``Context 41,230 / 48,808 tokens (84.5%) · soft 39,046 · window 65,000 · provider_usage``
-    followed by ``· last compaction: <line>`` when there was one.
+    ``Context 41,230 / 48,808 tokens (84.5%) · next request · soft 39,046 · window 65,000 ·
+    provider_usage`` followed by ``· last compaction: <line>`` when there was one.
     """
     effective = snapshot.get("effective")
     if effective is None:
@@ -468,6 +478,8 @@ def budget_line(snapshot: Mapping[str, Any]) -> str:
         line = f"Context {format_tokens(effective)} / {format_tokens(snapshot.get('hard'))} tokens"
         if snapshot.get("usage_percent") is not None:
             line += f" ({snapshot['usage_percent']:.1f}%)"
+        if snapshot.get("request_words"):
+            line += f" · {snapshot['request_words']}"
         line += f" · soft {format_tokens(snapshot.get('soft'))}"
         if snapshot.get("window") is not None:
             line += f" · window {format_tokens(snapshot.get('window'))}"

@@ -67,7 +67,7 @@ class Activity:
         waited = elapsed_text(now - self.since)
         model = self.model or "the model"
         if self.kind == "compacting":  # the seconds too: a summary request can take a minute at one percent
-            return f"{progress_text(self.percent, self.trigger)} · {waited}"
+            return f"{progress_text(self.percent, self.trigger, self.model or None)} · {waited}"
         if self.kind == "running":
             return f"running {self.name or 'a tool'} · {waited}"
         if self.kind == "approval":
@@ -243,7 +243,9 @@ class CellRenderer:
             return
         percent = event.get("percent")
         if isinstance(percent, int | float) and not isinstance(percent, bool):
-            self.activity = replace(current, percent=max(current.percent, float(percent)))
+            # ``model``: the one whose summary has not begun to arrive (each event says whether it still waits)
+            self.activity = replace(current, percent=max(current.percent, float(percent)),
+                                    model=str(event.get("waiting_for") or ""))
             self._show(force=False)
 
     def _begin(self, activity: Activity) -> None:

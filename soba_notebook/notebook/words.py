@@ -25,15 +25,16 @@ def format_tokens(value: int | float | None) -> str:
     return f"{round(value):,}"
 
 
-def progress_text(percent: float, trigger: str | None = None) -> str:
+def progress_text(percent: float, trigger: str | None = None, waiting_for: str | None = None) -> str:
     """The live line during a barrier, e.g. ``Compacting context before response · 82%``.
 
     The percent is floored, so 100% only shows when the engine says 100. An explicit ``%compact``
-    (trigger ``user``) has no response waiting and says ``Compacting context · 82%``.
+    (trigger ``user``) has no response waiting and says ``Compacting context · 82%``. While the
+    summary of ``waiting_for`` has not begun to arrive it says so: ``… · 12% · waiting for gpt-4o``.
     """
     pct = int(max(0.0, min(100.0, percent)))
     what = "Compacting context" if trigger == "user" else "Compacting context before response"
-    return f"{what} · {pct}%"
+    return f"{what} · {pct}%" + (f" · waiting for {waiting_for}" if waiting_for else "")
 
 
 def elapsed_text(seconds: float) -> str:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BudgetFields",
     "BudgetPayload",
+    "BudgetRequest",
     "BudgetSource",
     "CapsuleData",
     "CapsuleTrigger",
@@ -90,6 +91,9 @@ CapsuleTrigger = TriggerName | Literal["capsule_load"]
 OperationTrigger = TriggerName | Literal["handoff"]
 #: Where an effective token count came from (DESIGN.md, "Budget").
 BudgetSource = Literal["provider_usage", "estimated"]
+#: Which request a budget figure measures: the one the running inference sent (``sent``), or the
+#: next one SOBA would send as the session stands (``next``: after a turn, a compaction, a rewind).
+BudgetRequest = Literal["sent", "next"]
 #: Roles of model-input messages.
 Role = Literal["user", "assistant", "tool"]
 #: How a turn ended (``turn_end.outcome``; ``stopped``: a per-turn limit ended it).
@@ -255,12 +259,14 @@ class BudgetFields(TypedDict):
 class BudgetPayload(BudgetFields):
     """``budget``: before every inference (``inference``: its number among the agent's inferences,
     1 for the first, 0 before any; a later event with the same number re-measures that inference),
-    after every compaction, and when a display asks while no turn runs. The engine's published
+    after every compaction, at a turn's end, and when a display asks while no turn runs; ``request``
+    says which request it measures (:data:`BudgetRequest`). The engine's published
     snapshot (``compaction/snapshot.py``) adds the last compaction that did something and a
     skipped one after it, so every display shows the same lines as ``%soba status``."""
 
     session_id: str
     inference: int
+    request: NotRequired[BudgetRequest]
     last_compaction: NotRequired["CompactionEndPayload | None"]
     skipped: NotRequired["CompactionEndPayload | None"]
 
@@ -281,11 +287,13 @@ class CompactionStartPayload(TypedDict, total=False):
 
 
 class CompactionProgressPayload(TypedDict):
-    """``compaction_progress``: a named phase and a monotonic 0..100 percent."""
+    """``compaction_progress``: a named phase and a monotonic 0..100 percent; ``waiting_for``: the
+    model whose summary has not begun to arrive (the percent then moves with the time only)."""
 
     operation_id: str
     phase: str
     percent: int
+    waiting_for: NotRequired[str]
 
 
 class CostFields(TypedDict):

@@ -107,7 +107,7 @@ def test_budget_widget_renders_live_compaction_and_final_numbers_in_jupyterlab(t
         "zone": "ok",
     }
     assert result["numbers"].replace("\n", "") == (
-        "13,402 / 48,808 tokens (27.5%) · soft 39,046 · window 65,000")
+        "13,402 / 48,808 tokens (27.5%) · next request · soft 39,046 · window 65,000")  # after a compaction
     assert result["source"] == "provider usage"
     # gpt-4o-mini: $0.15/MTok input, $0.075/MTok cached input, $0.60/MTok output (genai-prices 0.2.5).
     # The summary: 41,230 in × 0.15/1e6 + 1,800 out × 0.6/1e6 = 0.0061845 + 0.00108 = $0.0072645.

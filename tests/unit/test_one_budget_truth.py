@@ -9,6 +9,7 @@ badged ``provider_usage``; and nothing on the kernel thread measures while a tur
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +25,19 @@ from soba_notebook.notebook.display import CompactionSummary
 SMALL = {"compaction": {"keepRecentTokens": 400}}
 
 
-@pytest.fixture
-def session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def terminal_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NotebookSession]:
+    """A terminal front end's session on a fresh project, closed after the test."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no user config leaks in
     project = tmp_path / "project"
     project.mkdir()
     s = NotebookSession(project, user_namespace={}, frontend="terminal", overrides=SMALL)
     yield s
     s.close()
+
+
+@pytest.fixture
+def session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NotebookSession]:
+    yield from terminal_session(tmp_path, monkeypatch)
 
 
 def _events(s: NotebookSession) -> list[Event]:

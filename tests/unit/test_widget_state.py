@@ -235,7 +235,7 @@ def test_snapshot_is_json_serializable_and_an_independent_copy() -> None:
 def test_budget_line_summarises_measurement_and_last_compaction() -> None:
     snap = fold(budget(41_230, 3), start(), end(), budget(13_402, 4)).snapshot()
     assert budget_line(snap) == (
-        "Context 13,402 / 48,808 tokens (27.5%) · soft 39,046 · window 65,000 · provider_usage"
+        "Context 13,402 / 48,808 tokens (27.5%) · next request · soft 39,046 · window 65,000 · provider_usage"
         " · last compaction: auto_threshold · 41,230 → 12,877 tokens · reclaimed 68.8% · ck_ab12cd")
     assert budget_line(BudgetState().snapshot()) == "Context budget: no measurement yet"
 
