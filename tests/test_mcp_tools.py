@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import textwrap
 import warnings
@@ -26,6 +27,8 @@ SERVER = textwrap.dedent('''
 
     LOG = sys.argv[1]
     app = MCPServer("calc")
+    with open(LOG + ".pid", "w") as f:
+        f.write(str(os.getpid()))
 
     def record(name):
         with open(LOG, "a") as f:
@@ -36,6 +39,13 @@ SERVER = textwrap.dedent('''
         """Add two whole numbers."""
         record("add")
         return a + b
+
+    @app.tool()
+    def wait() -> str:
+        """Never answer."""
+        record("wait")
+        import time
+        time.sleep(3600)
 
     @app.tool()
     def crash() -> str:
@@ -116,6 +126,33 @@ def test_a_server_that_exits_mid_call_is_a_clear_tool_error_its_tools_go_and_the
     assert not any(n.startswith("mcp__") for n in second)  # the next request no longer offers them
     assert agent.mcp.status()[0].state == "exited"
     assert agent.mcp.notes()[0].startswith("MCP server calc exited")
+
+
+def test_the_stop_button_ends_a_waiting_mcp_call_with_a_cancelled_result(
+        calc_agent: Any, fake_server: FakeServer) -> None:
+    agent, log = calc_agent
+    fake_server.openai.enqueue(tool_calls=_calls(("c1", "mcp__calc__wait", {})))
+    token = CancelToken()
+
+    async def turn() -> Any:
+        running = asyncio.ensure_future(agent.run_turn("wait", token))
+        while not log.exists():
+            await asyncio.sleep(0.05)
+        token.cancel()
+        return await running
+
+    result = asyncio.run(turn())
+    assert result.outcome == "cancelled"
+    assert _tool_texts(agent) == ["[cancelled: the call to MCP server calc was abandoned]"]
+
+
+def test_closing_the_hub_stops_the_server_process(calc_agent: Any) -> None:
+    agent, log = calc_agent
+    pid = int(Path(str(log) + ".pid").read_text())
+    os.kill(pid, 0)  # running
+    agent.mcp.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
 
 
 def test_an_mcp_tools_schema_is_counted_in_the_fixed_prompt(calc_agent: Any) -> None:

@@ -275,11 +275,21 @@ class McpHub:
             raise ToolError(f"MCP server {server} is not running (the session's MCP servers are closed)")
         future = asyncio.run_coroutine_threadsafe(self._call_on_hub(server, tool, dict(args),
                                                                     float(ctx.config.shell_timeout_sec)), loop)
+        call: asyncio.Future[Any] = asyncio.wrap_future(future)
+        watch: asyncio.Future[Any] | None = asyncio.ensure_future(ctx.cancel.wait()) if ctx.cancel else None
         try:
-            return await asyncio.wrap_future(future)
+            await asyncio.wait([call, *([watch] if watch is not None else [])], return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
             future.cancel()
             raise
+        finally:
+            if watch is not None:
+                watch.cancel()
+        if not call.done():  # the stop button: the request is abandoned; the server keeps running
+            future.cancel()
+            return ToolResult(f"[cancelled: the call to MCP server {server} was abandoned]", True,
+                              data={"cancelled": True})
+        return call.result()
 
     async def _call_on_hub(self, name: str, tool: str, args: dict[str, Any], timeout: float) -> ToolResult:
         server = self._servers[name]
