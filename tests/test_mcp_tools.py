@@ -4,10 +4,14 @@ loopback model server, the approval gate, and a project config that is not trust
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import socket
+import subprocess
 import sys
 import textwrap
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -153,6 +157,49 @@ def test_closing_the_hub_stops_the_server_process(calc_agent: Any) -> None:
     agent.mcp.close()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+HTTP_SERVER = textwrap.dedent('''
+    import sys
+    from mcp.server.mcpserver import MCPServer
+
+    app = MCPServer("web")
+
+    @app.tool()
+    def shout(text: str) -> str:
+        """Upper-case a text."""
+        return text.upper()
+
+    app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+''')
+
+
+def test_a_url_server_is_reached_over_streamable_http(tmp_path: Path, fake_server: FakeServer,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = tmp_path / "web_server.py"
+    script.write_text(HTTP_SERVER)
+    server = subprocess.Popen([sys.executable, str(script), str(port)], stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):  # until it listens (no timing is asserted)
+            with socket.socket() as s, contextlib.suppress(OSError):
+                s.connect(("127.0.0.1", port))
+                break
+            time.sleep(0.05)
+        monkeypatch.setenv("HOME", str(_home(tmp_path, {"web": {"url": f"http://127.0.0.1:{port}/mcp"}})))
+        agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url)
+        try:
+            fake_server.openai.enqueue(tool_calls=_calls(("c1", "mcp__web__shout", {"text": "hi"})))
+            fake_server.openai.enqueue(text="done")
+            asyncio.run(agent.run_turn("shout"))
+            assert _tool_texts(agent) == ["HI"]
+        finally:
+            agent.mcp.close()
+    finally:
+        server.kill()
+        server.wait()
 
 
 def test_an_mcp_tools_schema_is_counted_in_the_fixed_prompt(calc_agent: Any) -> None:
