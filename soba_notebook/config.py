@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .mcp_config import McpServerConfig, parse_mcp_servers
 from .scrub import names_a_secret
 from .trust import ProjectTrust, check_trust, needs_trust
 
@@ -241,6 +242,8 @@ class SobaConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     notebook: NotebookConfig = field(default_factory=NotebookConfig)
     ui: UiConfig = field(default_factory=UiConfig)
+    #: the MCP servers to start (mcp_config.py); a later layer's server replaces one of the same name
+    mcp_servers: tuple[McpServerConfig, ...] = ()
     #: where each dotted key's value came from ("defaults", a file path, "arguments")
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -396,7 +399,13 @@ def _merge(config: SobaConfig, layer: Mapping[str, Any], source: str, *, project
                           source=source)
     sources = dict(config.sources)
     sections = {name: getattr(config, name) for name in _SECTIONS}
+    servers = {server.name: server for server in config.mcp_servers}
     for section, values in layer.items():
+        if section == "mcpServers":
+            for server in parse_mcp_servers(source, values):
+                servers[server.name] = server
+                sources[f"mcpServers.{server.name}"] = source
+            continue
         if section not in _SECTIONS:
             _warn_unknown(source, section, list(_SECTIONS))
             continue
@@ -431,7 +440,7 @@ def _merge(config: SobaConfig, layer: Mapping[str, Any], source: str, *, project
                                   f"unsandboxed", source=source, key=dotted, value=value)
             sources[f"{section}.{_camel(name)}"] = source
         sections[section] = replace(sections[section], **changes)
-    merged = SobaConfig(**sections, sources=sources)
+    merged = SobaConfig(**sections, mcp_servers=tuple(servers.values()), sources=sources)
     _check_consistency(merged)
     return merged
 
@@ -478,7 +487,7 @@ def config_edit(running: SobaConfig, fresh: SobaConfig) -> ConfigEdit:
             sections[section] = replace(sections[section], **{known[key]: getattr(getattr(fresh, section),
                                                                                   known[key])})
             sources[dotted] = fresh.sources.get(dotted, "defaults")
-    merged = SobaConfig(**sections, sources=sources)
+    merged = SobaConfig(**sections, mcp_servers=running.mcp_servers, sources=sources)  # servers start with the agent
     _check_consistency(merged)
     return ConfigEdit(merged, applied, deferred)
 

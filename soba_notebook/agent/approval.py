@@ -29,8 +29,9 @@ and from then on every command made only of covered programs runs unasked, chain
 program that runs whatever follows it (:data:`RUNS_ANY_COMMAND`: ``sudo``, ``env``, ``bash``, shell
 keywords) is never a rule, and a command with one always asks; :func:`no_rule_reason` says why a
 card offers no rule. For writes a rule is a file or a folder of the workspace; for ``python`` it is
-the tool itself. ``notebook_run`` runs notebook cells in the kernel: it asks exactly as ``python``
-does, and the ``python`` rule covers it (either runs any code in the kernel).
+the tool itself. An MCP server's tool (``mcp__<server>__<tool>``) runs another program's code: it asks
+in "ask" and "edits", and its rule is that one tool. ``notebook_run`` runs notebook cells in the
+kernel: it asks exactly as ``python`` does, and the ``python`` rule covers it (either runs any code in the kernel).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from ..cancel import CancelToken
 __all__ = [
     "CODE_TOOLS",
     "EDIT_TOOLS",
+    "MCP_PREFIX",
     "MODES",
     "READ_TOOLS",
     "RUNS_ANY_COMMAND",
@@ -71,6 +73,9 @@ MODES: tuple[Mode, ...] = ("ask", "edits", "never")
 CODE_TOOLS = frozenset({"shell", "python", "notebook_run"})
 #: Tools that write files of the workspace: they ask in "ask" only.
 EDIT_TOOLS = frozenset({"write_file", "edit_file", "notebook_edit"})
+#: The name prefix of an MCP server's tool (``mcp__<server>__<tool>``): another program's action, so it
+#: asks like ``shell`` in "ask" and "edits"; its session rule is the tool itself.
+MCP_PREFIX = "mcp__"
 #: Tools that change nothing outside the session: they never ask.
 READ_TOOLS = frozenset({"read_file", "list_files", "glob", "grep", "recall", "checkpoint", "activate_skill",
                         "deactivate_skill", "variables", "notebook_read"})
@@ -111,6 +116,8 @@ class Rule:
         if self.tool == "edits":
             where = "the workspace" if self.pattern in ("", "./") else self.pattern
             return f"edits in {where}" if self.pattern.endswith("/") or not self.pattern else f"edits of {where}"
+        if self.tool.startswith(MCP_PREFIX):
+            return f"{self.tool}: every call"
         return f"{self.tool}: any code"
 
     def to_json(self) -> dict[str, str]:
@@ -253,6 +260,8 @@ def suggested_rules(tool: str, arguments: Mapping[str, Any]) -> tuple[Rule, ...]
         return tuple(Rule("shell", p) for p in prefixes or ())
     if tool in ("python", "notebook_run"):  # both run any code in the kernel: one rule covers both
         return (Rule("python", "*"),)
+    if tool.startswith(MCP_PREFIX):
+        return (Rule(tool, "*"),)
     if tool in EDIT_TOOLS:
         path = _edit_path(arguments)
         if path is None:
@@ -284,6 +293,8 @@ def matches(rules: tuple[Rule, ...] | frozenset[Rule], tool: str, arguments: Map
         return bool(prefixes) and all(p in allowed for p in prefixes or ())
     if tool in ("python", "notebook_run"):
         return any(rule.tool == "python" for rule in rules)
+    if tool.startswith(MCP_PREFIX):
+        return any(rule.tool == tool for rule in rules)
     if tool in EDIT_TOOLS:
         path = _edit_path(arguments)
         if path is None:
@@ -311,7 +322,7 @@ def needs_approval(mode: str, sandbox: str, rules: tuple[Rule, ...] | frozenset[
     elif tool == "shell":
         if sandbox == "bwrap" and sandbox_skips_approval:  # it cannot write outside the workspace
             return False
-    elif tool not in ("python", "notebook_run"):
+    elif tool not in ("python", "notebook_run") and not tool.startswith(MCP_PREFIX):
         return False  # a tool registered by the user's own code: theirs to trust
     return not matches(rules, tool, arguments)
 
@@ -321,11 +332,12 @@ def runs_without_asking(mode: str, sandbox: str, sandbox_skips_approval: bool) -
     ``%soba approval`` and ``%soba status`` both show, so where the mode is set says it too)."""
     sandboxed = sandbox == "bwrap"
     if mode == "never":
-        return f"nothing asks: shell{' (sandboxed)' if sandboxed else ''}, python and every write run at once"
+        shell = f"shell{' (sandboxed)' if sandboxed else ''}"
+        return f"nothing asks: {shell}, python, MCP tools and every write run at once"
     shell_free = sandboxed and sandbox_skips_approval
     free = ["reads", *(["writes in the workspace"] if mode == "edits" else []),
             *(["sandboxed shell (tools.sandboxSkipsApproval)"] if shell_free else [])]
     shell = "shell (sandboxed; tools.sandboxSkipsApproval is false)" if sandboxed else "shell"
     asks = [*([] if shell_free else [shell]), "python",
-            "every write" if mode == "ask" else "writes to files Python in this kernel imports"]
+            "every write" if mode == "ask" else "writes to files Python in this kernel imports", "MCP tools"]
     return f"runs without asking: {', '.join(free)}; asks first: {', '.join(asks)}"

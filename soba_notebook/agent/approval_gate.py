@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -39,6 +40,7 @@ from ..session.entries import Entry, ToolCall
 from . import workspace as ws
 from .approval import (
     EDIT_TOOLS,
+    MCP_PREFIX,
     ApprovalRequest,
     Approver,
     Decision,
@@ -117,6 +119,8 @@ def _subject(tool: str, arguments: Mapping[str, Any]) -> str:
         return str(arguments.get("command", ""))
     if tool == "python":
         return str(arguments.get("code", ""))
+    if tool.startswith(MCP_PREFIX):  # another program's tool: what it is sent, in full
+        return json.dumps(dict(arguments), ensure_ascii=False, indent=1)
     path = arguments.get("path")
     if tool == "notebook_edit":  # where in which notebook: the card must say more than the file
         cell, action = arguments.get("cell_id"), arguments.get("action")

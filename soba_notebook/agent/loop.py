@@ -84,6 +84,7 @@ from .approval_gate import ApprovalGate
 from .confine import check_workspace_root
 from .exact_count import ExactCounts
 from .instructions import InstructionsWatcher
+from .mcp_tools import McpHub, sync_mcp_tools
 from .rendering import RenderingLearner, relearn_rendering
 from .skills import SkillRegistry
 from .spend import SpendMeter, provider_base_url
@@ -155,6 +156,14 @@ class Agent:
         self.counter = counter or TokenCounter(config.model.model)
         self._default_tools = tools is None
         self.tools = tools or default_tools(config.tools)
+        #: the configured MCP servers, started with the agent; their tools join the registry (mcp_tools.py)
+        self.mcp = McpHub(config.mcp_servers, self.workspace) if config.mcp_servers else None
+        if self.mcp is not None:
+            self.mcp.start()
+            sync_mcp_tools(self.tools, self.mcp)
+            self._mcp_generation = self.mcp.generation
+            for line in self.mcp.notes():  # a server that did not start: one line, its tools absent
+                warnings.warn(line, ConfigWarning, stacklevel=2)
         self.skills = SkillRegistry(self.workspace)
         self._restore_skills()
         #: ~/.soba/AGENTS.md and the project's AGENTS.md (or CLAUDE.md): re-read between turns
@@ -296,6 +305,7 @@ class Agent:
         self.tool_context.config = config.tools
         if self._default_tools:
             self.tools = default_tools(config.tools)  # a switched tool appears or goes at the next request
+            sync_mcp_tools(self.tools, self.mcp)
         changed = {f"{section}.{k}": v for section, block in config.to_json().items()
                    for k, v in block.items() if before[section].get(k) != v}
         if changed:
@@ -342,6 +352,10 @@ class Agent:
     async def _step(self, run: _TurnRun, cancel: CancelToken) -> bool:
         """One inference (after its preflight) and its tool calls; ``False`` when the turn ends."""
         self.engine.owner.apply_posted()  # what the notebook asked for the next step (ownership.py)
+        if self.mcp is not None and self.mcp.generation != self._mcp_generation:  # a server exited
+            self._mcp_generation = self.mcp.generation
+            if sync_mcp_tools(self.tools, self.mcp):
+                self._refresh_base_tokens()
         if cancel.cancelled:
             return run.end("cancelled")
         turn, max_steps = run.turn, self.config.agent.max_steps_per_turn
@@ -617,6 +631,8 @@ class Agent:
         others = [self.summary_provider] if self.summary_provider is not self.provider else []
         for provider in (self.provider, *others):
             await provider.aclose()
+        if self.mcp is not None:  # its servers' processes end with the session
+            await asyncio.to_thread(self.mcp.close)
 
     async def _summary_complete(self, call: SummaryCall) -> str:
         model = self.config.model.compaction_model or self.config.model.model

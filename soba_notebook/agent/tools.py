@@ -472,6 +472,10 @@ class ToolRegistry:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
         self._tools[tool.name] = tool
 
+    def unregister(self, name: str) -> None:
+        """Remove a tool (an MCP server's, when the server exited); absent names are ignored."""
+        self._tools.pop(name, None)
+
     def names(self) -> tuple[str, ...]:
         return tuple(self._tools)
 

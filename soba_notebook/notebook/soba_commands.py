@@ -1,5 +1,6 @@
 """The ``%soba`` subcommands (``status``, ``sessions``, ``resume``, ``rewind``, ``stop``,
-``checkpoint``, ``skill``, ``config``, ``approval``, ``trust``): one table of declarations and one small function each.
+``checkpoint``, ``skill``, ``config``, ``approval``, ``trust``, ``mcp``): one table of declarations and
+one small function each.
 
 The table (:data:`COMMANDS`) is what ``%soba`` dispatches through and what its help lists
 (:mod:`.magic_args`); each function is thin glue over :class:`~.controller.NotebookSession`.
@@ -127,6 +128,19 @@ def _trust(s: NotebookSession, args: Parsed) -> None:
     trust_command(s.project_dir, session_open=s.handle is not None, revoke=args.has("--revoke"))
 
 
+def _mcp(s: NotebookSession, args: Parsed) -> None:
+    """``%soba mcp``: each configured MCP server, its state (running / failed: why / exited: why) and tools."""
+    if not s.config().mcp_servers:  # nothing to start: no session is opened just to say so
+        print('no MCP servers: add them as "mcpServers" in ~/.soba/config.json (README, "MCP servers")')
+        return
+    hub = s.ensure().agent.mcp  # the servers start with the session's agent
+    if hub is None:
+        print("no MCP servers in this session (mcpServers changed since it opened: it applies after %soba --new)")
+        return
+    for status in hub.status():
+        print(status.line())
+
+
 def _config(s: NotebookSession, args: Parsed) -> None:
     print(json.dumps(s.config().to_json(), indent=2))
 
@@ -201,4 +215,5 @@ COMMANDS = Table("%soba", (
     Command("trust", "[--revoke]", "honour the settings of this project's .soba/config.json that need trust "
             "(approval, sandbox, workspace, model server); a changed file asks again", words=(0, 0),
             flags=(Flag("--revoke", "stop honouring them"),), run=_trust),
+    Command("mcp", words=(0, 0), summary="MCP servers (mcpServers): their state and tools", run=_mcp),
 ), note=PROMPT_NOTE)

@@ -96,13 +96,13 @@ def test_a_sandboxed_shell_command_still_asks_unless_sandbox_skips_approval_and_
 
 def test_what_runs_without_asking_is_one_sentence_naming_the_sandboxed_shell_exactly_when_it_skips() -> None:
     assert runs_without_asking("ask", "none", False) == \
-        "runs without asking: reads; asks first: shell, python, every write"
+        "runs without asking: reads; asks first: shell, python, every write, MCP tools"
     assert runs_without_asking("ask", "bwrap", False) == \
         "runs without asking: reads; asks first: shell (sandboxed; tools.sandboxSkipsApproval is false), python, " \
-        "every write"
+        "every write, MCP tools"
     assert runs_without_asking("edits", "bwrap", True) == \
         "runs without asking: reads, writes in the workspace, sandboxed shell (tools.sandboxSkipsApproval); " \
-        "asks first: python, writes to files Python in this kernel imports"
+        "asks first: python, writes to files Python in this kernel imports, MCP tools"
     assert runs_without_asking("never", "bwrap", False).startswith("nothing asks: shell (sandboxed), python")
 
 
