@@ -8,10 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 from kernel_support import Kernel
-
-pytestmark = pytest.mark.kernel
 
 SERVER = textwrap.dedent('''
     from mcp.server.mcpserver import MCPServer
