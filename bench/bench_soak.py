@@ -52,9 +52,11 @@ from soba_notebook.session.entries import Entry
 #: the small window of the soak: a compaction every few turns
 CONFIG = {"model": {"contextWindow": 16000, "maxOutputTokens": 1000},
           "compaction": {"safetyReserveTokens": 1000, "keepRecentTokens": 3000, "minTokensForAutoCompact": 4000,
-                         "minReclaimableTokens": 1000},
-          # unattended: no one answers an approval, and the soak measures the agent, not the questions
-          "tools": {"approval": "never"}}
+                         "minReclaimableTokens": 1000}}
+#: unattended: no one answers an approval, and the soak measures the agent, not the questions. The
+#: soak's own argument, not its project's config: a project's config cannot turn approvals off unless
+#: the user trusts it (docs/SECURITY.md, "Workspace trust")
+UNATTENDED = {"tools": {"approval": "never"}}
 
 
 class ReplayedShell(ToolRegistry):
@@ -161,10 +163,10 @@ def soak(directory: Path, turns: int, *, warmup: int = 100, config: Mapping[str,
     checkpoint_ids = seed_ids(seed) if seed is not None else None
     (directory / ".soba").mkdir(parents=True)
     (directory / ".soba" / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    loaded = load_config(project_dir=directory)
+    loaded = load_config(project_dir=directory, overrides=UNATTENDED)
     model = SizeCheckingModel(loaded.hard_limit, loaded.model.context_window)
     tools = ReplayedShell(default_tools(loaded.tools))
-    handle = open_agent(directory, provider=model, tools=tools)  # type: ignore[arg-type]
+    handle = open_agent(directory, config=loaded, provider=model, tools=tools)  # type: ignore[arg-type]
     agent = handle.agent
     if checkpoint_ids is not None:
         agent.engine.parts = replace(agent.engine.parts, checkpoint_ids=checkpoint_ids)  # an agent open_agent built

@@ -13,7 +13,7 @@ import nbformat
 from agent_support import file_writer, is_summary_request
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from jupyter_client import KernelManager
-from kernel_support import run_cell
+from kernel_support import run_cell, trust_project_config
 from nbclient import NotebookClient
 
 from soba_notebook.session import SessionStore, list_sessions
@@ -84,6 +84,7 @@ def test_kernel_interrupt_during_a_compaction_cancels_the_turn_and_appends_no_ca
     # no usage makes the provider ask without streaming, and a plain reply is slow only before its headers)
     slow_summary = {"text": ["{", '"goal": ', '"g"', "}"], "headers_delay": 2.0, "usage": False}
     fake_server.handler = file_writer(6, "data " * 700, slow_summary, "done")
+    trust_project_config(project, tmp_path / "home")
     km = KernelManager(kernel_name="python3")
     env = {**os.environ, "SOBA_TEST_KEY": "k" * 16, "HOME": str(tmp_path / "home"),
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -159,9 +160,8 @@ def test_capsule_exported_by_one_session_starts_the_first_request_in_a_fresh_ker
     # Session one: the offline scripted model does a task; an explicit compact makes a checkpoint.
     first = tmp_path / "first"
     (first / ".soba").mkdir(parents=True)
-    (first / ".soba" / "config.json").write_text(json.dumps({"compaction": {"keepRecentTokens": 500},
-                                                             "tools": {"approval": "never"}}))
-    handle = open_agent(first)
+    (first / ".soba" / "config.json").write_text(json.dumps({"compaction": {"keepRecentTokens": 500}}))
+    handle = open_agent(first, overrides={"tools": {"approval": "never"}})  # no one answers here
     assert asyncio.run(handle.agent.run_turn("Create a tiny calculator package and make its tests pass.")
                        ).outcome == "completed"
     outcome = asyncio.run(handle.agent.compact())
@@ -175,6 +175,7 @@ def test_capsule_exported_by_one_session_starts_the_first_request_in_a_fresh_ker
         "provider": "openai", "model": "gpt-4o-mini", "baseUrl": fake_server.openai_base_url,
         "apiKeyEnv": "SOBA_TEST_KEY"}}))
     fake_server.openai.enqueue(text="continuing from the capsule")
+    trust_project_config(second, tmp_path / "home")
     km = KernelManager(kernel_name="python3")
     km.start_kernel(cwd=str(second), env={**os.environ, "SOBA_TEST_KEY": "k" * 16, "HOME": str(tmp_path / "home"),
                                           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})

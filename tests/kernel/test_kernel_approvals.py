@@ -26,7 +26,7 @@ from typing import Any
 import pexpect
 import pytest
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
-from kernel_support import REPO, Kernel, fake_server_project
+from kernel_support import REPO, Kernel, fake_server_project, trust_project_config
 
 from soba_notebook.notebook.approvals import SHOWN_WITHIN_ENV
 
@@ -374,6 +374,7 @@ def test_the_mode_is_changed_by_a_magic_recorded_and_shown_in_status(started: An
 # -- terminal IPython ------------------------------------------------------------------------------
 
 def _ipython(project: Path, home: Path) -> pexpect.spawn:
+    trust_project_config(project, home)  # its config names the loopback server, as Kernel's tests trust it
     env = {**os.environ, "HOME": str(home), "NO_PROXY": "*", "SOBA_TEST_KEY": "test-key-not-secret",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     child = pexpect.spawn(sys.executable, ["-m", "IPython", "--simple-prompt", "--no-banner", "--colors=NoColor"],

@@ -9,7 +9,7 @@ from pathlib import Path
 from agent_support import is_summary_request
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
 from jupyter_client import KernelManager
-from kernel_support import fake_server_project
+from kernel_support import fake_server_project, trust_project_config
 
 from kernel.test_kernel import REPO, _execute
 
@@ -34,6 +34,7 @@ def test_kernel_state_survives_compaction_the_variables_tool_sees_it_and_user_ce
         return {"text": "Looked at it. " + "The frame has two integer columns. " * 20, "usage": False}
 
     fake_server.handler = handler
+    trust_project_config(project, tmp_path / "home")
     km = KernelManager(kernel_name="python3")
     km.start_kernel(cwd=str(project), env={
         **os.environ, "SOBA_TEST_KEY": "k" * 16, "HOME": str(tmp_path / "home"),

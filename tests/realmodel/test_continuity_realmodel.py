@@ -48,7 +48,8 @@ def summarizer(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Model
 
 
 def test_no_capsule_rated_ok_holds_a_user_constraint_no_user_message_supports(summarizer: ModelSummarizer) -> None:
-    row = continuity.run_one(SMALL, (6000, 1000, 1000), summarizer, "real model")
+    # hard limit 12,000 - 1,000 - 8,192 (the seed's reserve) = 2,808: the transcript compacts several times
+    row = continuity.run_one(SMALL, (12000, 1000, 1000), summarizer, "real model")
     assert row.capsules, "the replay compacted nothing: the window is too large for the transcript"
     for capsule in row.capsules:
         if capsule.quality == "ok":

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kernel_support import trust_project_config
 
 from soba_notebook.agent.project import open_agent
 from soba_notebook.agent.tools import ToolContext, ToolOutcome, default_tools
@@ -90,14 +91,15 @@ def test_a_project_config_cannot_make_the_workspace_the_disk_or_home(
     value = str(home) if workspace == "HOME" else "/"
     (project / ".soba" / "config.json").write_text(json.dumps(
         {"tools": {"workspace": value, "allowBroadWorkspace": True}}))
+    trust_project_config(project, home)  # even trusted, a project cannot widen its own workspace
     with pytest.warns(UserWarning, match="cannot widen the workspace"), \
             pytest.raises(ConfigError, match="allowBroadWorkspace") as info:
         open_agent(project, config=load_config(project_dir=project, home=home))
     assert info.value.key == "tools.workspace"
     # the explicit, documented opt-in lives in the user's own config, which the agent cannot write
-    (home / ".soba").mkdir()
     (home / ".soba" / "config.json").write_text(json.dumps({"tools": {"allowBroadWorkspace": True}}))
     (project / ".soba" / "config.json").write_text(json.dumps({"tools": {"workspace": value}}))
+    trust_project_config(project, home)
     handle = open_agent(project, config=load_config(project_dir=project, home=home))
     assert handle.agent.workspace == Path(value).resolve()
 

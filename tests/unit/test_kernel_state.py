@@ -64,10 +64,10 @@ def test_variables_tool_lists_and_inspects_bounded_and_refuses_secrets(tmp_path:
 
 def test_a_compaction_records_the_kernel_state_and_the_next_input_shows_it(tmp_path: Path) -> None:
     (tmp_path / ".soba").mkdir()
-    (tmp_path / ".soba" / "config.json").write_text(json.dumps({"compaction": {"keepRecentTokens": 500},
-                                                                "tools": {"approval": "never"}}))
+    (tmp_path / ".soba" / "config.json").write_text(json.dumps({"compaction": {"keepRecentTokens": 500}}))
     ns = {"df": pd.DataFrame({"x": [1, 2, 3]})}
-    session = NotebookSession(tmp_path, user_namespace=ns, frontend="jupyterlab")
+    session = NotebookSession(tmp_path, user_namespace=ns, frontend="jupyterlab",
+                              overrides={"tools": {"approval": "never"}})  # no one answers here
     handle = session.ensure()
     assert session.runtime is not None  # the agent's thread runs its turns and compactions
     assert session.runtime.submit("Create a tiny calculator package and make its tests pass.").future.result(
