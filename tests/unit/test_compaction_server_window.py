@@ -98,7 +98,9 @@ def test_the_overflow_recovery_sizes_its_summary_and_its_retry_by_the_servers_co
     # the retry and the turn after it left room: each under the server's context with its reply
     agent_sizes = [size for purpose, size in small.sizes if purpose == "agent"]
     rejected = next(i for i, size in enumerate(agent_sizes) if size > N_CTX)
-    assert len(agent_sizes[rejected + 1:]) == 2 and max(agent_sizes[rejected + 1:]) <= N_CTX, agent_sizes
+    # the retry, the steps it still takes (a tool call when the kept tail ends on the request) and the next
+    # turn: at least two requests, every one under the server's context with its reply
+    assert len(agent_sizes[rejected + 1:]) >= 2 and max(agent_sizes[rejected + 1:]) <= N_CTX, agent_sizes
     summary_bodies = [r.body for r in fake_server.requests if is_summary_request(r.body)]
     assert all(b["max_tokens"] == N_CTX // 4 for b in summary_bodies), "sized to the server's window"
 

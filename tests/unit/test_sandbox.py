@@ -114,10 +114,15 @@ def test_sandbox_env_config_takes_variable_names_and_refuses_a_secret_name_or_a_
     f = tmp_path / ".soba" / "config.json"
     f.parent.mkdir()
     f.write_text(json.dumps({"tools": {"sandboxEnv": ["PGHOST", "VIRTUAL_ENV"]}}))
+    assert load_config(home=tmp_path / "h", project_dir=tmp_path).tools.sandbox_env == (), "untrusted: ignored"
+    trust_project_config(tmp_path, tmp_path / "h")
     assert load_config(home=tmp_path / "h", project_dir=tmp_path).tools.sandbox_env == ("PGHOST", "VIRTUAL_ENV")
+    f.unlink()
+    user = tmp_path / "h" / ".soba" / "config.json"  # the user's own config: always honoured, always checked
+    user.parent.mkdir(parents=True, exist_ok=True)  # the trust record lives there too
     for bad, said in ((["GH_TOKEN"], "secret"), (["DB_PASSWORD_FILE"], "secret"), ("PGHOST", "a list"),
                       (["1X"], "not an environment variable name")):
-        f.write_text(json.dumps({"tools": {"sandboxEnv": bad}}))
+        user.write_text(json.dumps({"tools": {"sandboxEnv": bad}}))
         with pytest.raises(ConfigError, match=said) as err:
             load_config(home=tmp_path / "h", project_dir=tmp_path)
         assert "tools.sandboxEnv" in str(err.value)
