@@ -422,8 +422,11 @@ def capsules(session: SessionLike) -> pd.DataFrame:
     ====================== =================== ====================================================
     checkpoint_id          string              ``ck_…``
     trigger                category            the trigger that ran it (fixed set of seven)
-    quality                category            ``ok``, ``partial`` (the model's summary had no usable
-                                               goal or next steps) or ``degraded`` (local fallback)
+    quality                category            ``ok``, ``partial`` (a model summary with no usable
+                                               goal or next steps, or with a junk decision, blocker
+                                               or next step; kept only when no smaller local
+                                               capsule exists) or ``degraded`` (local fallback,
+                                               or a rejected partial capsule's replacement)
     tokens_before          Int64               effective tokens of the request before compaction
     tokens_after           Int64               exact size of the continuation after it
     reclaimed_tokens       Int64               ``tokens_before - tokens_after``

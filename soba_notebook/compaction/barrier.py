@@ -57,7 +57,7 @@ from .capsule_count import CapsuleTextCounts
 from .capsule_entry import capsule_message, capsule_of
 from .capsule_fit import capsule_reserve, fit_capsule, tail_room
 from .capsule_renders import CapsuleRenders
-from .extract import deterministic_capsule
+from .extract import deterministic_capsule, user_messages
 from .grounding import ground_plan_summary
 from .kernel_section import kernel_state_field
 from .operation import Candidate, EngineParts, Operation, random_operation_id
@@ -279,7 +279,7 @@ class CompactionEngine:
             first_kept_entry_id=entries[cut].id if cut < len(entries) else None,
             kept_tokens=total - cum[cut], summarized_tokens=cum[cut], previous_capsule=previous,
             previous_checkpoint_id=capsule_data(capsule_entry).get("checkpointId") if capsule_entry else None,
-            instructions=instructions)
+            instructions=instructions, tail_has_request=bool(user_messages(entries[cut:])))
 
     async def summarize_current(self, *, instructions: str | None = None,
                                 cancel: CancelToken | None = None) -> tuple[Capsule, Quality, str | None]:
@@ -353,7 +353,7 @@ class CompactionEngine:
         (``baseline``'s cost, scaled by the model factor and fitted, must pass the post-generation gate; a miss
         waits like a measured one). Ended ``skipped`` when a check fails. Writes and emits nothing."""
         plan = self._plan_of(op)
-        raw = deterministic_capsule(list(plan.summarize), plan.previous_capsule, plan.previous_checkpoint_id)
+        raw = _local(plan)
         model = self.parts.summarizer is not None and self.parts.predictor is not None
         # the baseline: grounded and rolled like a model's answer, not fitted (the factor measures the model)
         op = replace(op, local=self._fitted(op, raw), baseline=ground_plan_summary(plan, raw, raw).capsule if model
@@ -521,7 +521,7 @@ class CompactionEngine:
         (dropped; none for the fallback). ``local``: the plan's deterministic capsule, if made. Only the fallback is
         ``degraded``."""
         entries = list(plan.summarize)
-        fallback = local or deterministic_capsule(entries, plan.previous_capsule, plan.previous_checkpoint_id)
+        fallback = local or _local(plan)
         if self.parts.summarizer is None:
             progress("summarize", 80)
             return fallback, "degraded", "no summarizer configured: local deterministic capsule", ()
@@ -563,8 +563,7 @@ class CompactionEngine:
                 plan: CompactionPlan | None = None) -> Capsule:
         """``capsule`` (else the plan's deterministic one) within the plan's reserve for it (:mod:`.capsule_fit`)."""
         plan = plan or self._plan_of(op)
-        capsule = capsule or deterministic_capsule(list(plan.summarize), plan.previous_capsule,
-                                                   plan.previous_checkpoint_id)
+        capsule = capsule or _local(plan)
         return fit_capsule(capsule, capsule_reserve(plan.hard_limit),
                            lambda c: self._rendered_tokens(op, c, quality))
 
@@ -614,3 +613,9 @@ class CompactionEngine:
         self.publish(check, self._inference + 1, request="sent")
         if self.parts.flight is not None:
             self.parts.flight.record("budget", {"inference": turn.inferences, **check.to_event()})
+
+
+def _local(plan: CompactionPlan) -> Capsule:
+    """The plan's local deterministic capsule, as the plan appends it."""
+    return plan.with_request_rule(deterministic_capsule(list(plan.summarize), plan.previous_capsule,
+                                                        plan.previous_checkpoint_id))

@@ -303,5 +303,6 @@ def ground_plan_summary(plan: CompactionPlan, summary: Capsule, fallback: Capsul
     facts = replace(roll(plan.previous_capsule, extract_facts(list(plan.summarize)),
                          previous_checkpoint=plan.previous_checkpoint_id), active_skills=fallback.active_skills)
     history = history_of(plan.summarize, plan.previous_capsule, plan.instructions)
-    return ground(summary, facts, previous=plan.previous_capsule, previous_checkpoint=plan.previous_checkpoint_id,
-                  fallback_next_steps=fallback.next_steps, history=history)
+    grounded = ground(summary, facts, previous=plan.previous_capsule, previous_checkpoint=plan.previous_checkpoint_id,
+                      fallback_next_steps=fallback.next_steps, history=history)
+    return replace(grounded, capsule=plan.with_request_rule(grounded.capsule))

@@ -12,7 +12,7 @@ __all__ = ["LATEST_REQUEST_CHARS", "latest_request"]
 
 #: The latest user request is kept verbatim up to this many characters; a longer one keeps its
 #: head and tail (half each) around a marker saying how much was left out.
-LATEST_REQUEST_CHARS = 2_000
+LATEST_REQUEST_CHARS = 600
 
 
 def latest_request(text: str, limit: int = LATEST_REQUEST_CHARS) -> str:

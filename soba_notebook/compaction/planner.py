@@ -13,7 +13,7 @@ call is never separated from its result, nor a batch of parallel calls from any 
 from __future__ import annotations
 
 from collections.abc import Container, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..session.context import context_start
 from ..session.entries import Entry
@@ -108,10 +108,18 @@ class CompactionPlan:
     previous_capsule: Capsule | None
     previous_checkpoint_id: str | None
     instructions: str | None = None
+    #: the retained tail holds a user message: the user's latest request is in model input word for word
+    tail_has_request: bool = False
 
     @property
     def entry_count(self) -> int:
         return len(self.summarize)
+
+    def with_request_rule(self, capsule: Capsule) -> Capsule:
+        """``capsule`` as this plan appends it: without ``latestRequest`` when the retained tail already
+        shows a newer user request verbatim (the capsule's would be an older one, twice the cost for
+        nothing the model needs; docs/CAPSULE_FORMAT.md)."""
+        return replace(capsule, latest_request="") if self.tail_has_request and capsule.latest_request else capsule
 
     def to_event(self) -> CompactionStartPayload:
         return {"operation_id": self.operation_id, "trigger": self.trigger, "tokens_before": self.tokens_before,

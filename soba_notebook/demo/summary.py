@@ -10,8 +10,8 @@ previous state rolled forward: the same goal, files, verification results
 local fallback would record. One extractor, so the demo's summaries can never drift from it.
 
 The answer is written the way a model answers: one JSON object with the keys the summarizer's
-system prompt asks for (no ``schemaVersion``, ``covers`` or ``rolledFrom``, which the summarizer
-fills in itself), so it goes through the same parsing and validation as any model's.
+system prompt asks for (no ``schemaVersion``, ``covers``, ``rolledFrom`` or ``latestRequest``, which
+the code fills in itself), so it goes through the same parsing and validation as any model's.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from ..providers.base import SummarySource
 
 __all__ = ["summary_answer"]
 
-#: Capsule keys the summarizer sets itself; a model's answer leaves them out.
-_NOT_ANSWERED = ("schemaVersion", "covers", "rolledFrom")
+#: Capsule keys the code sets itself (``latestRequest``: from the history, never asked of a model);
+#: a model's answer leaves them out.
+_NOT_ANSWERED = ("schemaVersion", "covers", "rolledFrom", "latestRequest")
 
 
 def summary_answer(source: SummarySource) -> str:

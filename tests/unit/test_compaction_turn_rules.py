@@ -228,9 +228,11 @@ def test_capsule_entries_go_through_the_transcript_secret_scrubber(tmp_path: Pat
     monkeypatch.setenv("OPENAI_API_KEY", secret)
     agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url,
                              compaction={"keepRecentTokens": 200, "timeoutMs": 5000})
-    echo = json.dumps({"goal": f"use the key {secret}", "constraints": [f"never print {secret}"]})
+    # the goal is the user's request (grounded), with the key's value the model filled in echoed into it
+    request = "write files with the OPENAI_API_KEY key from the environment"
+    echo = json.dumps({"goal": f"{request}: {secret}", "constraints": [f"never print {secret}"]})
     _history_then_overflow(fake_server, echo)
-    asyncio.run(agent.run_turn("write files"))
+    asyncio.run(agent.run_turn(request))
     outcome = asyncio.run(agent.compact())
     assert outcome.outcome == "completed" and outcome.quality == "ok"
     raw = agent.store.file.read_text()

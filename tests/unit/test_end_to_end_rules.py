@@ -88,7 +88,8 @@ def test_capsule_create_remember_mirrors_only_a_validated_non_degraded_capsule(
     monkeypatch.setenv("SOBA_TEST_KEY", "k" * 12)
     _use_fake_server(tmp_path, fake_server, keepRecentTokens=200, timeoutMs=5000)
     fake_server.handler = _writer(summary)
-    shell.run_line_magic("soba", "write files")
+    # the model's goal is grounded in this request, yet only the model's summary says "ship the parser"
+    shell.run_line_magic("soba", "write files, then ship the new parser")
     capsys.readouterr()
     shell.run_line_magic("capsule", 'create "handoff" --remember')
     out = capsys.readouterr().out

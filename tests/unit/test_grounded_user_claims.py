@@ -26,7 +26,10 @@ def _calls(*calls: tuple[str, str, dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"id": i, "name": n, "arguments": a} for i, n, a in calls]
 
 
-def _compact_with(tmp_path: Path, fake_server: FakeServer, answer: dict[str, Any]) -> tuple[Any, Any]:
+def _compact_with(tmp_path: Path, fake_server: FakeServer, answer: dict[str, Any], *,
+                  last: str | None = "ok") -> tuple[Any, Any]:
+    """The history compacted with the model's ``answer``; ``last``: a final user turn, kept in the tail
+    (``None``: none, so the tail is LATER's answer alone and LATER is the latest request summarized)."""
     agent, _, _events = make_agent(tmp_path, "openai", fake_server.openai_base_url, compaction={"keepRecentTokens": 10})
     (agent.workspace / "parser.py").write_text("def parse_rows(text):\n    return []\n")
     q = fake_server.openai
@@ -37,8 +40,9 @@ def _compact_with(tmp_path: Path, fake_server: FakeServer, answer: dict[str, Any
     # a long last word: the local capsule carries 300 characters of it as active work
     q.enqueue(text="You are welcome. " + "The parser handles every row it is given. " * 20)
     assert asyncio.run(agent.run_turn(LATER)).outcome == "completed"
-    q.enqueue(text="You are welcome again.")
-    assert asyncio.run(agent.run_turn("ok")).outcome == "completed"  # LATER is summarized, not kept
+    if last is not None:
+        q.enqueue(text="You are welcome again.")
+        assert asyncio.run(agent.run_turn(last)).outcome == "completed"  # LATER is summarized, not kept
     q.enqueue(text=json.dumps(answer))
     outcome = asyncio.run(agent.compact())
     assert outcome.outcome == "completed", outcome.reason
@@ -95,14 +99,25 @@ def test_a_grounded_complete_summary_is_ok_and_keeps_the_latest_request_verbatim
     answer = {**INVENTIVE, "constraints": ["User: do not touch tests/fixtures"],
               "decisions": [{"what": "Keep parse_rows returning a list", "why": "stable API"}],
               "nextSteps": ["Add a test for empty rows in parser.py"]}
-    _agent, outcome = _compact_with(tmp_path, fake_server, answer)
+    _agent, outcome = _compact_with(tmp_path, fake_server, answer, last=None)
     data = outcome.entry.data
     assert data["quality"] == "ok" and data["ungroundedClaims"] == 0 and "ungroundedByField" not in data
+    assert outcome.entry.data["firstKeptEntryId"] is not None  # LATER's answer is the tail: no user message
     assert data["state"]["latestRequest"] == LATER
     capsule = Capsule.from_json(data["state"])
     assert f"## Latest user request (verbatim)\n{LATER}" in render(capsule)
     line = CompactionSummary.from_event(outcome.to_event()).text
     assert "partial" not in line and "ungrounded" not in line
+
+
+def test_a_capsule_has_no_latest_request_when_the_retained_tail_shows_the_users_latest_request(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    answer = {**INVENTIVE, "nextSteps": ["Add a test for empty rows in parser.py"]}
+    agent, outcome = _compact_with(tmp_path, fake_server, answer, last="now run the parser test once more")
+    assert "latestRequest" not in outcome.entry.data["state"]
+    model_input = json.dumps(agent.engine.model_messages())
+    assert "## Latest user request (verbatim)" not in model_input
+    assert model_input.count("now run the parser test once more") == 1  # the tail's message, shown once
 
 
 def test_a_goal_no_user_message_supports_is_replaced_by_the_users_own_words(

@@ -16,6 +16,7 @@ from soba_notebook.agent.tools import ToolContext, default_tools
 from soba_notebook.compaction import Capsule, EngineParts, TurnState
 from soba_notebook.flight import FlightRecorder
 from soba_notebook.providers.failures import redact
+from soba_notebook.session.entries import user_message
 
 LATE = "late-" + "7c1e9a4b2d8f6e3a5b0c"
 
@@ -70,11 +71,14 @@ def test_provider_errors_scrub_environment_secrets_token_shapes_and_the_given_ke
 def test_a_capsule_passes_the_scrubber_once_as_it_is_appended_and_keeps_no_secret(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_SERVICE_TOKEN", LATE)
-    summary = Capsule(goal=f"deploy with {LATE}", next_steps=(f"rotate {LATE}",))
+    request = "deploy with the MY_SERVICE_TOKEN token from the environment"
+    # the goal is the user's request (grounded), with the token's value the model filled in echoed into it
+    summary = Capsule(goal=f"{request}: {LATE}", next_steps=(f"rotate {LATE}",))
     scrubbed: list[Any] = []
     default = EngineParts().scrub
     store, engine, _ = make_engine(tmp_path, small_config(tmp_path), FakeSummarizer(answer=lambda _: summary),
                                    scrub=lambda value: scrubbed.append(value) or default(value))
+    store.append(user_message(request))
     fill(store, 14000)
     asyncio.run(engine.preflight(TurnState()))
     (cap,) = capsules(store)

@@ -343,8 +343,11 @@ def _summary(model: ScriptedModel, history: list[dict[str, Any]],
 
 
 def _as_answered(capsule: Capsule) -> Capsule:
-    """``capsule`` as it reads back from a model's answer (which names no range or roll-up)."""
-    return Capsule.from_json({**capsule.to_json(), "covers": EntryRange().to_json(), "rolledFrom": []})
+    """``capsule`` as it reads back from a model's answer (which names no range, roll-up or latest
+    request: the code fills those in)."""
+    answered = {**capsule.to_json(), "covers": EntryRange().to_json(), "rolledFrom": []}
+    answered.pop("latestRequest", None)
+    return Capsule.from_json(answered)
 
 
 def test_summary_is_the_real_extractors_capsule_of_the_entries_it_is_given(full_run: FullRun) -> None:
