@@ -48,8 +48,9 @@ def summarizer(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Model
 
 
 def test_no_capsule_rated_ok_holds_a_user_constraint_no_user_message_supports(summarizer: ModelSummarizer) -> None:
-    # hard limit 12,000 - 1,000 - 8,192 (the seed's reserve) = 2,808: the transcript compacts several times
-    row = continuity.run_one(SMALL, (12000, 1000, 1000), summarizer, "real model")
+    # hard limit 10,000 - 800 - 8,192 (the seed's reserve) = 1,008, under the transcript's ~1,600 tokens
+    # of context, and 100 tokens kept verbatim: it compacts (twice with the offline engine)
+    row = continuity.run_one(SMALL, (10000, 800, 100), summarizer, "real model")
     assert row.capsules, "the replay compacted nothing: the window is too large for the transcript"
     for capsule in row.capsules:
         if capsule.quality == "ok":
