@@ -102,6 +102,9 @@ TOOL_NAMES = ("read_file", "write_file", "edit_file", "list_files", "glob", "gre
               "checkpoint", "activate_skill", "deactivate_skill", "variables", "notebook_read", "notebook_edit",
               "notebook_run")
 
+#: an MCP server's tool in the allow list (agent/mcp_tools.py names them so)
+_MCP_TOOL_NAME = re.compile(r"(?=.{1,64}$)mcp__[A-Za-z0-9_-]+__[A-Za-z0-9_-]+")
+
 _BIG = 100_000_000  # tokens: far beyond any model's window, still finite
 
 
@@ -190,10 +193,15 @@ class ToolsConfig:
     #: how long a call waits for an answer; with no one to answer (a headless run) it is then denied
     approval_timeout_ms: int = _num(300_000, 100, 86_400_000, unit="of milliseconds")
     #: the only tools offered (None: every tool the switches above allow); a small model does better
-    #: with few. Names from :data:`TOOL_NAMES`; an unknown name is a ConfigError at load
+    #: with few. Names from :data:`TOOL_NAMES` or an MCP server's ``mcp__<server>__<tool>``; another
+    #: name is a ConfigError at load
     enabled: tuple[str, ...] | None = None
     #: tools never offered, whatever ``enabled`` says
     disabled: tuple[str, ...] = ()
+
+    def offers(self, name: str) -> bool:
+        """Whether the allow list (``enabled``, ``disabled``) lets the model see tool ``name``."""
+        return (self.enabled is None or name in self.enabled) and name not in self.disabled
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,14 +354,19 @@ def _variable_names(value: Any, bad: Any) -> tuple[str, ...]:
 
 
 def _tool_names(value: Any, bad: Any) -> tuple[str, ...]:
-    """A list of built-in tool names (:data:`TOOL_NAMES`), each named if unknown."""
+    """A list of tool names: built-in ones (:data:`TOOL_NAMES`) or an MCP server's
+    (``mcp__<server>__<tool>``, which servers offer is known only once they run), each named if unknown."""
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise bad('expected a list of tool names, e.g. ["read_file", "list_files", "grep"]')
     for name in value:
-        if name not in TOOL_NAMES:
+        if name.startswith("mcp__") and not _MCP_TOOL_NAME.fullmatch(name):
+            raise bad(f"{name!r} is not an MCP tool name: expected mcp__<server>__<tool> (letters, digits, _ and -, "
+                      f"at most 64 characters)")
+        if name not in TOOL_NAMES and not name.startswith("mcp__"):
             near = difflib.get_close_matches(name, TOOL_NAMES, n=1, cutoff=0.6)
             hint = f"did you mean {near[0]!r}? " if near else ""
-            raise bad(f"{name!r} is not a tool; {hint}known tools: {', '.join(TOOL_NAMES)}")
+            raise bad(f"{name!r} is not a tool; {hint}known tools: {', '.join(TOOL_NAMES)}, "
+                      f"or an MCP server's as mcp__<server>__<tool>")
     return tuple(dict.fromkeys(value))
 
 

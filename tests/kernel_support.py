@@ -17,13 +17,14 @@ import json
 import os
 import queue
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from jupyter_client import KernelManager
 
-__all__ = ["REPO", "Kernel", "fake_server_project", "run_cell", "trust_project_config"]
+__all__ = ["REPO", "Kernel", "alive", "fake_server_project", "parent_pid", "run_cell", "trust_project_config",
+           "wait_for"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -180,3 +181,28 @@ class Kernel:
     def close(self) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie (an orphan a container's init does not reap stays one, dead)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
+
+
+def parent_pid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as fh:
+        stat = fh.read()
+    return int(stat[stat.rfind(b")") + 2:].split()[1])
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Wait until ``check()`` holds; the deadline only bounds a failure."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)

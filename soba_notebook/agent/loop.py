@@ -160,7 +160,7 @@ class Agent:
         self.mcp = McpHub(config.mcp_servers, self.workspace) if config.mcp_servers else None
         if self.mcp is not None:
             self.mcp.start()
-            sync_mcp_tools(self.tools, self.mcp)
+            sync_mcp_tools(self.tools, self.mcp, self.config.tools)
             self._mcp_generation = self.mcp.generation
             for line in self.mcp.notes():  # a server that did not start: one line, its tools absent
                 warnings.warn(line, ConfigWarning, stacklevel=2)
@@ -305,7 +305,7 @@ class Agent:
         self.tool_context.config = config.tools
         if self._default_tools:
             self.tools = default_tools(config.tools)  # a switched tool appears or goes at the next request
-            sync_mcp_tools(self.tools, self.mcp)
+            sync_mcp_tools(self.tools, self.mcp, self.config.tools)
         changed = {f"{section}.{k}": v for section, block in config.to_json().items()
                    for k, v in block.items() if before[section].get(k) != v}
         if changed:
@@ -354,7 +354,7 @@ class Agent:
         self.engine.owner.apply_posted()  # what the notebook asked for the next step (ownership.py)
         if self.mcp is not None and self.mcp.generation != self._mcp_generation:  # a server exited
             self._mcp_generation = self.mcp.generation
-            if sync_mcp_tools(self.tools, self.mcp):
+            if sync_mcp_tools(self.tools, self.mcp, self.config.tools):
                 self._refresh_base_tokens()
         if cancel.cancelled:
             return run.end("cancelled")

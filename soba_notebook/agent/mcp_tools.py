@@ -17,7 +17,8 @@ Failures never break a turn: a server that cannot start is one line (:meth:`McpH
 and offers no tools; a server that exits mid-call answers that call with ``MCP server X exited: …`` and
 its tools leave the registry before the next request. The hub is closed with the agent, and at
 interpreter exit, which stops every server process (the SDK's transport terminates the process it
-started).
+started). A stdio server's processes also carry a ``SOBA_MCP_RUN`` tag registered with
+:mod:`.process_reaper`, so they end when the kernel is killed without running its exit hooks.
 """
 
 from __future__ import annotations
@@ -30,15 +31,18 @@ import os
 import re
 import tempfile
 import threading
+import uuid
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from ..config import ToolsConfig
 from ..errors import ToolError
 from ..mcp_config import McpServerConfig
 from ..providers.base import ToolSpec
+from . import process_reaper
 from .approval import MCP_PREFIX
 from .tools import Tool, ToolContext, ToolRegistry, ToolResult
 
@@ -47,6 +51,7 @@ __all__ = ["McpHub", "ServerStatus", "mcp_tool_name", "result_text", "sync_mcp_t
 State = Literal["starting", "running", "failed", "exited", "stopped"]
 #: Seconds a server has to start and list its tools before it counts as failed.
 START_TIMEOUT_S = 30.0
+_RUN_VARIABLE = "SOBA_MCP_RUN"
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -78,6 +83,8 @@ class _Server:
     tools: tuple[Tool, ...] = ()
     stop: asyncio.Event | None = None
     stderr: IO[str] | None = None
+    #: ``SOBA_MCP_RUN=…`` in the environment of a stdio server's processes: the reaper's handle on them
+    tag: bytes = b""
     started: asyncio.Event = field(default_factory=asyncio.Event)
 
     def status(self) -> ServerStatus:
@@ -197,6 +204,8 @@ class McpHub:
             if server.stderr is not None:
                 with contextlib.suppress(OSError):
                     server.stderr.close()
+            if server.tag:  # stopped (a straggler that outlived the stop stays registered, to die with the kernel)
+                process_reaper.untrack(server.tag)
 
     async def _open(self, server: _Server, stack: contextlib.AsyncExitStack) -> Any:
         from mcp import ClientSession
@@ -206,7 +215,13 @@ class McpHub:
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
             env = {k: os.path.expandvars(v) for k, v in config.env}
-            params = StdioServerParameters(command=config.command, args=list(config.args), env=env or None,
+            # Registered with the shell's process reaper before it starts: when the kernel ends in any
+            # way (a SIGKILL skips atexit and this hub's close), every process carrying the tag is killed.
+            run_id = uuid.uuid4().hex
+            env[_RUN_VARIABLE] = run_id
+            server.tag = f"{_RUN_VARIABLE}={run_id}".encode()
+            process_reaper.track(None, server.tag)
+            params = StdioServerParameters(command=config.command, args=list(config.args), env=env,
                                            cwd=str(self.cwd))
             # its stderr, kept to say why it failed; closed when its task ends
             server.stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
@@ -317,12 +332,13 @@ def _close_at_exit(ref: weakref.ref[McpHub]) -> None:
         hub.close()
 
 
-def sync_mcp_tools(registry: ToolRegistry, hub: McpHub | None) -> bool:
-    """Make ``registry`` offer exactly the running servers' tools (added after the built-in ones; a
-    name the registry already has is kept as it is); whether anything changed."""
+def sync_mcp_tools(registry: ToolRegistry, hub: McpHub | None, config: ToolsConfig) -> bool:
+    """Make ``registry`` offer exactly the running servers' tools that the allow list (``tools.enabled``,
+    ``tools.disabled``) lets through (added after the built-in ones; a name the registry already has is
+    kept as it is); whether anything changed."""
     if hub is None:
         return False
-    offered = {tool.name: tool for tool in hub.tools()}
+    offered = {tool.name: tool for tool in hub.tools() if config.offers(tool.name)}
     gone = [name for name in registry.names() if name.startswith(MCP_PREFIX) and name not in offered]
     for name in gone:
         registry.unregister(name)

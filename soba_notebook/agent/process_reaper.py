@@ -2,8 +2,10 @@
 
 :mod:`.shell` kills a command's processes on timeout and cancel. This module owns the other end
 of a command's life: the kernel itself going away while a command runs (a restart, a shutdown, a
-``SIGKILL``). Without it a ``sleep 300; touch marker`` started with ``sandbox: none`` kept running
-after the kernel was gone (under bubblewrap ``--die-with-parent`` already ended it). Three layers:
+``SIGKILL``); :mod:`.mcp_tools` registers each stdio MCP server's process tree the same way, by
+its tag alone, so a server that outlives its closed stdin ends with the kernel too. Without it a
+``sleep 300; touch marker`` started with ``sandbox: none`` kept running after the kernel was gone
+(under bubblewrap ``--die-with-parent`` already ended it). Three layers:
 
 * **The running-command registry.** :func:`track` records a command's process group and its
   environment tag (``SOBA_SHELL_RUN``, inherited by every descendant) until :func:`untrack`.
@@ -138,12 +140,12 @@ def _write(pipe: IO[bytes] | None, line: str) -> None:
             pipe.flush()
 
 
-def track(pgid: int, tag: bytes) -> None:
-    """Register a running command (its process group and its ``SOBA_SHELL_RUN=…`` tag, without
-    the NUL) so it dies with the kernel."""
+def track(pgid: int | None, tag: bytes) -> None:
+    """Register a running command (its process group, or None when only its tag is known, and its
+    ``NAME=value`` environment tag, without the NUL) so it dies with the kernel."""
     with _lock:
         _running[tag] = pgid
-        _tell(f"+ {tag.decode()} {pgid}\n")
+        _tell(f"+ {tag.decode()} {pgid or ''}\n")
 
 
 def untrack(tag: bytes) -> None:

@@ -498,7 +498,7 @@ class ToolRegistry:
         if ctx.cancel is not None and ctx.cancel.cancelled:
             return ToolOutcome(f"[cancelled: {name} was not run]", True, data={"cancelled": True})
         tool = self._tools.get(name)
-        if tool is None and name in TOOL_NAMES and not _offered(name, ctx.config):
+        if tool is None and name in TOOL_NAMES and not ctx.config.offers(name):
             return ToolOutcome(f"tool {name} is not offered in this session (tools.enabled / tools.disabled); "
                                f"available tools: {', '.join(self._tools) or 'none'}", True, data={"refused": True})
         if tool is None:
@@ -544,9 +544,4 @@ def default_tools(config: ToolsConfig) -> ToolRegistry:
     chosen = [notebook_aware(t) for t in _TOOLS if t.requires is None or getattr(config, t.requires)]
     tools = [*with_sandbox_note(chosen, config.sandbox), VARIABLES_TOOL, *notebook_tools(config),
              *([NOTEBOOK_RUN_TOOL] if config.allow_python else [])]
-    return ToolRegistry(t for t in tools if _offered(t.name, config))
-
-
-def _offered(name: str, config: ToolsConfig) -> bool:
-    """Whether the allow list (``tools.enabled``, ``tools.disabled``) lets the model see ``name``."""
-    return (config.enabled is None or name in config.enabled) and name not in config.disabled
+    return ToolRegistry(t for t in tools if config.offers(t.name))

@@ -11,35 +11,16 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
-from kernel_support import Kernel, fake_server_project
+from kernel_support import Kernel, alive, fake_server_project, parent_pid, wait_for
 
 COMMAND = ("echo $$ > bash.pid; sleep 300 & echo $! > sleep.pid; setsid sleep 301 & echo $! > setsid.pid; "
            "wait; touch marker")
 PID_FILES = ("bash.pid", "sleep.pid", "setsid.pid")
-
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie (an orphan a container's init does not reap stays one, dead)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rfind(b")") + 2:].split()[0] not in (b"Z", b"X")
-
-
-def _wait_for(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -56,13 +37,13 @@ def running(tmp_path: Path, fake_server: FakeServer) -> Iterator[tuple[Kernel, P
         def started() -> bool:
             return all((project / f).exists() and (project / f).read_text().strip() for f in PID_FILES)
 
-        _wait_for(started, "the shell command to write its pids")
+        wait_for(started, "the shell command to write its pids")
         pids = {f: int((project / f).read_text()) for f in PID_FILES}
-        assert all(_alive(pid) for pid in pids.values()), pids
+        assert all(alive(pid) for pid in pids.values()), pids
         yield kernel, project, pids
     finally:
         for pid in pids.values():  # never leave a sleeper behind when the rule failed
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         try:
             kernel.close()
@@ -71,8 +52,8 @@ def running(tmp_path: Path, fake_server: FakeServer) -> Iterator[tuple[Kernel, P
 
 
 def _assert_all_ended(project: Path, pids: dict[str, int]) -> None:
-    _wait_for(lambda: not any(_alive(pid) for pid in pids.values()),
-              f"the command's processes to end: {[p for p in pids.values() if _alive(p)]}")
+    wait_for(lambda: not any(alive(pid) for pid in pids.values()),
+             f"the command's processes to end: {[p for p in pids.values() if alive(p)]}")
     assert not (project / "marker").exists()
 
 
@@ -94,13 +75,7 @@ def test_a_kernel_shutdown_ends_every_process_of_a_running_shell_command(
 def test_a_killed_kernel_ends_every_process_of_a_running_shell_command(
         running: tuple[Kernel, Path, dict[str, int]]) -> None:
     _, project, pids = running
-    kernel_pid = _parent(pids["bash.pid"])
+    kernel_pid = parent_pid(pids["bash.pid"])
     assert b"ipykernel" in Path(f"/proc/{kernel_pid}/cmdline").read_bytes()  # bash is the kernel's child
     os.kill(kernel_pid, signal.SIGKILL)  # no atexit, no shutdown hook: the reaper and the death signal
     _assert_all_ended(project, pids)
-
-
-def _parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat", "rb") as fh:
-        stat = fh.read()
-    return int(stat[stat.rfind(b")") + 2:].split()[1])

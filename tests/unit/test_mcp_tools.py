@@ -277,3 +277,46 @@ def test_a_bad_mcp_server_entry_is_a_config_error_naming_the_server_and_key(
     with pytest.raises(ConfigError) as caught:
         load_config(home=home, project_dir=tmp_path)
     assert caught.value.key == named and named in str(caught.value)
+
+
+def test_a_disabled_mcp_tool_is_not_offered_and_its_schema_not_counted(
+        tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    servers, _ = _calc(tmp_path)
+    monkeypatch.setenv("HOME", str(_home(tmp_path, servers)))
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url,
+                             tools={"disabled": ["mcp__calc__crash"]})
+    try:
+        assert "mcp__calc__add" in agent.tools and "mcp__calc__crash" not in agent.tools
+        fake_server.openai.enqueue(text="ok")
+        asyncio.run(agent.run_turn("hello"))
+        offered = [t["function"]["name"] for t in fake_server.requests[-1].body["tools"]]
+        assert "mcp__calc__add" in offered and "mcp__calc__crash" not in offered
+        without = agent.engine.base_tokens
+        crash = next(t for t in agent.mcp.tools() if t.name == "mcp__calc__crash")
+        agent.tools.register(crash)  # what the fixed prompt would be had it been offered
+        agent._refresh_base_tokens()
+        assert agent.engine.base_tokens - without == agent.counter.count_tools((crash.spec,)) > 0
+    finally:
+        agent.mcp.close()
+
+
+def test_an_enabled_list_offers_only_the_mcp_tools_it_names(
+        tmp_path: Path, fake_server: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    servers, _ = _calc(tmp_path)
+    monkeypatch.setenv("HOME", str(_home(tmp_path, servers)))
+    agent, _, _ = make_agent(tmp_path, "openai", fake_server.openai_base_url,
+                             tools={"enabled": ["read_file", "mcp__calc__add"]})
+    try:
+        assert agent.tools.names() == ("read_file", "mcp__calc__add")
+    finally:
+        agent.mcp.close()
+
+
+def test_the_allow_list_takes_mcp_tool_names_and_still_refuses_an_unknown_name(tmp_path: Path) -> None:
+    config = load_config(home=tmp_path, project_dir=tmp_path,
+                         overrides={"tools": {"disabled": ["shell", "mcp__calc__crash"]}})
+    assert config.tools.disabled == ("shell", "mcp__calc__crash")
+    with pytest.raises(ConfigError, match=r"tools\.enabled.*'shel' is not a tool; did you mean 'shell'\?"):
+        load_config(home=tmp_path, project_dir=tmp_path, overrides={"tools": {"enabled": ["shel"]}})
+    with pytest.raises(ConfigError, match=r"tools\.disabled.*'mcp__calc' is not an MCP tool name"):
+        load_config(home=tmp_path, project_dir=tmp_path, overrides={"tools": {"disabled": ["mcp__calc"]}})
