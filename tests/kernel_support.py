@@ -23,8 +23,8 @@ from typing import Any
 
 from jupyter_client import KernelManager
 
-__all__ = ["REPO", "Kernel", "alive", "fake_server_project", "parent_pid", "run_cell", "trust_project_config",
-           "wait_for"]
+__all__ = ["REPO", "Kernel", "alive", "fake_server_project", "parent_pid", "run_cell", "script_tool_calls",
+           "trust_project_config", "wait_for"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,6 +38,17 @@ def fake_server_project(tmp_path: Path, base_url: str, **compaction: object) -> 
         "model": {"provider": "openai", "model": "gpt-4o-mini", "baseUrl": base_url, "apiKeyEnv": "SOBA_TEST_KEY"},
         "compaction": compaction}))
     return project
+
+
+def script_tool_calls(fake_server: Any, calls: list[tuple[str, dict[str, Any]]]) -> None:
+    """The loopback model (``fakeserver.FakeServer``) makes ``calls`` one per step, then ends the turn."""
+    def handler(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        done = sum(1 for m in body["messages"] if m.get("role") == "tool")
+        if done < len(calls):
+            name, arguments = calls[done]
+            return {"tool_calls": [{"id": f"c{done}", "name": name, "arguments": arguments}], "usage": False}
+        return {"text": "done", "usage": False}
+    fake_server.handler = handler
 
 
 def trust_project_config(project: Path, home: Path) -> None:

@@ -15,8 +15,11 @@ reported but not saved). A notebook open in JupyterLab is run from the open docu
 edits included), but its outputs reach only the tool result: the extension has no operation that
 sets a cell's outputs yet, and the file under an open notebook is never written behind its back.
 
-The text the model reads is :func:`run_text`, one function, so richer renderings (images for the
-model) extend it in one place.
+What the model is given is :func:`run_text`, one function: each cell's outputs as
+:func:`.cell_outputs.outputs_for_model` renders them (text clipped head + tail, errors, DataFrames
+as compact tables), and each PNG/JPEG output as an image on the tool result. A model that takes no
+images is sent each one's one-line description instead; that is decided where the request is built
+(``TokenCounter.model_messages``), not here.
 """
 
 from __future__ import annotations
@@ -33,11 +36,12 @@ from nbformat import NotebookNode
 from ..compaction.file_changes import FileChanges
 from ..errors import ToolError
 from ..providers.base import ToolSpec
+from ..session.attachments import ImageAttachment
 from . import workspace as ws
 from .cell_exec import CellRun, run_cell
+from .cell_outputs import outputs_for_model
 from .notebook_doc import assign_ids, cell_source, dumps, parse_notebook, source_hash
 from .notebook_tools import PATH_DESCRIPTION, changed_while, notebook_target, read_stamp
-from .notebook_view import output_text
 from .tools import Tool, ToolContext, ToolResult
 
 __all__ = ["NOTEBOOK_RUN_TOOL", "SCOPES", "preview_run", "run_text", "select_cells"]
@@ -143,10 +147,12 @@ def preview_run(ctx: ToolContext, args: Mapping[str, Any]) -> str:
     return f"{loaded.shown}: run {len(chosen):,} cell{'s' if len(chosen) != 1 else ''}\n\n" + "\n\n".join(blocks)
 
 
-def run_text(shown: str, runs: Sequence[tuple[str, CellRun]], chosen: Sequence[str], notes: Sequence[str] = ()) -> str:
-    """The tool result the model reads: a headline, ``notes``, then each cell run with its count and
-    its outputs as text (:func:`.notebook_view.output_text`, clipped head + tail), and the cells an
-    error left unrun. The one place the result's form is decided."""
+def run_text(shown: str, runs: Sequence[tuple[str, CellRun]], chosen: Sequence[str], notes: Sequence[str] = (),
+             ) -> tuple[str, tuple[ImageAttachment, ...]]:
+    """The tool result the model is given: a headline, ``notes``, then each cell run with its count
+    and its outputs (:func:`.cell_outputs.outputs_for_model`: clipped text, tables, a line per
+    figure), and the cells an error left unrun; with the figures as images, in cell order. The one
+    place the result's form is decided."""
     last = runs[-1][1] if runs else None
     if last is not None and last.stopped:
         head = f"stopped ({last.stopped}) while running cell {runs[-1][0]} of {shown}"
@@ -156,18 +162,18 @@ def run_text(shown: str, runs: Sequence[tuple[str, CellRun]], chosen: Sequence[s
         head = f"ran {len(runs):,} cell{'s' if len(runs) != 1 else ''} of {shown}" if runs else \
             f"no cell of {shown} needed running"
     blocks = ["\n".join([head, *notes])]
+    images: list[ImageAttachment] = []
     for cid, run in runs:
-        parts = [f"## cell {cid} · [{run.number}]"]
-        parts.extend(output_text(o) for o in run.outputs)
-        if not run.outputs:
-            parts.append("(no output)")
+        text, seen = outputs_for_model(run.outputs, cell_id=cid)
+        images.extend(seen)
+        parts = [f"## cell {cid} · [{run.number}]", text if run.outputs else "(no output)"]
         if run.still_running:
             parts.append("(the cell could not be interrupted and may still be running in the background)")
         blocks.append("\n".join(parts))
     left = list(chosen[len(runs):])
     if left:
         blocks.append(f"not run: {', '.join(left)}")
-    return "\n\n".join(blocks)
+    return "\n\n".join(blocks), tuple(images)
 
 
 def _save(ctx: ToolContext, loaded: _Loaded, runs: Sequence[tuple[str, CellRun]]) -> tuple[bool, str]:
@@ -216,7 +222,8 @@ async def _notebook_run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
                             "files_changed": FileChanges(modified=cells if saved else ()).to_json()}
     if last is not None and last.stopped == "cancelled":
         data["cancelled"] = True
-    return ToolResult(run_text(loaded.shown, runs, chosen, notes), is_error=failed, data=data)
+    text, images = run_text(loaded.shown, runs, chosen, notes)
+    return ToolResult(text, is_error=failed, data=data, images=images)
 
 
 NOTEBOOK_RUN_TOOL = Tool(ToolSpec(

@@ -19,7 +19,9 @@ from ..agent.approval import Rule
 from ..compaction.capsule_entry import capsule_message
 from ..errors import SessionError
 from ..flight import read_flight_records
+from ..image_tokens import image_tokens
 from ..pricing import entry_cost, stamp_time
+from ..session.attachments import attachments_of
 from ..session.context import build_context, first_kept_index
 from ..session.entries import Entry
 from ..session.payloads import capsule_data, message_data
@@ -58,7 +60,7 @@ __all__ = [
 
 TRANSCRIPT_COLUMNS = ("id", "parent_id", "type", "role", "tool_name", "tokens", "tokens_source", "ts",
                       "in_context", "on_path", "covered_by", "line", "detail", "verdict", "decided_by", "subject",
-                      "reason", "cost_usd", "cost_status")
+                      "reason", "cost_usd", "cost_status", "image_tokens")
 #: The verdicts of ``approval`` entries (agent/approval.py ``Verdict``), the ``verdict`` column's categories.
 _VERDICTS = ["once", "session", "deny", "timeout", "cancelled"]
 CAPSULE_COLUMNS = ("checkpoint_id", "trigger", "quality", "tokens_before", "tokens_after", "reclaimed_tokens",
@@ -150,10 +152,15 @@ def transcript(session: SessionLike) -> pd.DataFrame:
                                        (:mod:`soba_notebook.pricing`); 0 for a local model; NaN
                                        when unknown or not a priced request
     cost_status category               ``priced``, ``local`` or ``unknown`` (``<NA>``: no request)
+    image_tokens Int64                 a tool result's images (``attachments``) by the provider's
+                                       rule (:mod:`soba_notebook.image_tokens`: a ``claude`` model
+                                       Anthropic's, a ``gpt``/``o`` model OpenAI's, another the
+                                       larger of the two); 0 for every other row
     ========== ======================= ==========================================================
     """
     snap = snapshot(session)
     counter = counter_for(snap.model(), snap.id)
+    rule = _image_rule(snap.model())
     count = counter.count_entry
     source = "exact" if is_native_tokenizer(counter) else "estimate"
     ctx = build_context(snap.path)
@@ -179,6 +186,7 @@ def transcript(session: SessionLike) -> pd.DataFrame:
     reasons: list[str | None] = [None] * n
     costs: list[float | None] = [None] * n
     cost_states: list[str | None] = [None] * n
+    pictured: list[int] = [0] * n
     for i, entry in enumerate(snap.entries):
         ids[i] = entry.id
         parents[i] = entry.parent_id
@@ -195,6 +203,7 @@ def transcript(session: SessionLike) -> pd.DataFrame:
                     name = msg.get("name")
                     tools[i] = name if isinstance(name, str) else None
                     details[i] = describe_result(msg)
+                    pictured[i] = sum(image_tokens(rule, a.width, a.height) for a in attachments_of(msg))
                 elif role == "assistant":
                     if (cost := entry_cost(msg, stamp_time(entry.ts))) is not None:
                         costs[i] = float(cost.usd) if cost.usd is not None else None
@@ -238,7 +247,18 @@ def transcript(session: SessionLike) -> pd.DataFrame:
         "reason": pd.Series(reasons, dtype="string"),
         "cost_usd": pd.Series(costs, dtype="float64"),
         "cost_status": pd.Series(cost_states, dtype=pd.CategoricalDtype(["priced", "local", "unknown"])),
+        "image_tokens": pd.Series(pictured, dtype="Int64"),
     }, columns=list(TRANSCRIPT_COLUMNS))
+
+
+def _image_rule(model: str | None) -> str:
+    """The image-token rule of the session's model, from its name (the transcript names no provider)."""
+    name = (model or "").lower().rsplit("/", 1)[-1]
+    if name.startswith("claude"):
+        return "anthropic"
+    if name.startswith(("gpt", "o1", "o3", "o4", "chatgpt")):
+        return "openai"
+    return ""  # unknown: image_tokens counts the larger of the two
 
 
 

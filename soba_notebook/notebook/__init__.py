@@ -31,9 +31,12 @@ def load_ipython_extension(ipython: Any) -> None:
     events = getattr(ipython, "events", None)
     if events is not None:  # the user's own cells: for the next turn's note and the kernel state's order
         from .kernel_cells import KernelCells
+        from .user_outputs import DisplayRecorder
 
         magics.session.kernel_cells = KernelCells(ipython, magics.session.cell_history)  # notebook_run's cells
+        magics.session.user_displays = DisplayRecorder(ipython)  # the user's display() calls, for the note
         events.register("pre_run_cell", magics.session.kernel_cells.before_cell)
+        events.register("pre_run_cell", magics.session.user_displays.before_cell)
         events.register("post_run_cell", magics.session.after_cell)
 
 
@@ -54,6 +57,10 @@ def unload_ipython_extension(ipython: Any) -> None:
         if magics.session.kernel_cells is not None:
             with contextlib.suppress(ValueError):
                 events.unregister("pre_run_cell", magics.session.kernel_cells.before_cell)
+        if magics.session.user_displays is not None:
+            with contextlib.suppress(ValueError):
+                events.unregister("pre_run_cell", magics.session.user_displays.before_cell)
+            magics.session.user_displays.close()
     for kind, names in magics.magics.items():
         for name in list(names):
             ipython.magics_manager.magics[kind].pop(name, None)

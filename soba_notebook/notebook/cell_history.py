@@ -4,10 +4,12 @@
 IPython reports every executed cell on its ``post_run_cell`` event (the raw input, the execution
 count, and whether it raised); :class:`CellHistory` keeps those cells (bounded) until the next
 turn takes them, and :func:`note_text` turns them into the note that starts that turn: newest
-first, each cell's input (long ones elided in the middle) and a one-line outcome (``ok``, or the
-exception type and message). Output values are never included. A cell that sets a
+first, each cell's input (long ones elided in the middle), a one-line outcome (``ok``, or the
+exception type and message) and a short summary of what it showed (:mod:`.user_outputs`: clipped
+text, tables, figures as their one-line description, never attached). A cell that sets a
 secret-looking variable (``OPENAI_API_KEY = "…"``, ``os.environ["DB_PASSWORD"] = …``) is
-withheld, and every input passes the capsule redaction (environment secrets, token shapes).
+withheld, its output too, and every input and output passes the capsule redaction (environment
+secrets, token shapes).
 
 It also keeps, for the life of the kernel, every run in order (:meth:`CellHistory.runs`, the last
 :data:`MAX_RUNS`): execution count, the notebook cell id the front end sent (IPython's
@@ -26,7 +28,7 @@ import re
 import threading
 import traceback
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,23 +162,27 @@ def _elide(source: str, limit: int) -> str:
     return f"{head}\n… [{hidden.count(chr(10)) + 1:,} lines, {len(hidden):,} characters elided] …\n{tail}"
 
 
-def _cell_text(cell: CellRecord) -> str:
+def _cell_text(cell: CellRecord, shown: str | None) -> str:
     label = f"In [{cell.number}]" if cell.number is not None else "In [?]"
     secret = _secret_assignment(cell.source)
     body = (f"(input withheld: the cell sets {secret}, which looks like a secret)" if secret
             else _elide(redact_text(cell.source.strip("\n")), CELL_CHARS))
-    return f"{label} → {redact_text(cell.outcome)}\n{body}"
+    out = f"\nOut:\n{redact_text(shown)}" if shown and not secret else ""
+    return f"{label} → {redact_text(cell.outcome)}\n{body}{out}"
 
 
-def note_text(cells: Sequence[CellRecord], dropped: int = 0, *, limit: int = NOTE_CHARS) -> str:
-    """The note that starts the next turn, or ``""`` when there were no cells. Newest first, bounded."""
+def note_text(cells: Sequence[CellRecord], dropped: int = 0, *, limit: int = NOTE_CHARS,
+              outputs: Mapping[int, str] | None = None) -> str:
+    """The note that starts the next turn, or ``""`` when there were no cells. Newest first, bounded.
+    ``outputs``: each cell's output summary by execution count (already clipped, :mod:`.user_outputs`)."""
+    outputs = outputs or {}
     if not cells:
         return ""
     parts: list[str] = []
     used = 0
     shown = 0
     for cell in reversed(cells):
-        text = _cell_text(cell)
+        text = _cell_text(cell, outputs.get(cell.number) if cell.number is not None else None)
         if parts and used + len(text) > limit:
             break
         parts.append(text)
@@ -185,4 +191,5 @@ def note_text(cells: Sequence[CellRecord], dropped: int = 0, *, limit: int = NOT
     left = len(cells) - shown + dropped
     more = f"\n(+{left:,} older cells not shown)" if left else ""
     return ("<user_cells>\nSince your last turn the user ran these cells in the kernel themselves (newest first; "
-            "each with its outcome, not its output):\n\n" + "\n\n".join(parts) + more + "\n</user_cells>")
+            "each with its outcome and a short summary of its output, figures as one line):\n\n"
+            + "\n\n".join(parts) + more + "\n</user_cells>")

@@ -60,6 +60,7 @@ from .display import CompactionSummary, Frontend, budget_line, detect_frontend, 
 from .kernel_cells import KernelCells
 from .live import CellRenderer
 from .live_notebook import LiveNotebooks
+from .user_outputs import DisplayRecorder, output_summaries
 from .workspace_trust import WarningRegistry, config_saying_trust, trust_status
 
 __all__ = ["OFFLINE_NOTICE", "NotebookSession"]
@@ -125,6 +126,8 @@ class NotebookSession:
         self.live_notebooks = LiveNotebooks()  # the notebook open in JupyterLab, through SOBA's extension
         #: how notebook_run runs a cell in this kernel (set by the extension when there is a shell)
         self.kernel_cells: KernelCells | None = None
+        #: the user's cells' display() calls, for the next turn's note (set by the extension with a shell)
+        self.user_displays: DisplayRecorder | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def config(self) -> SobaConfig:
@@ -232,6 +235,8 @@ class NotebookSession:
         self.cell_history.record(result)
         if self.kernel_cells is not None:
             self.kernel_cells.after_cell(result)
+        if self.user_displays is not None:
+            self.user_displays.after_cell(result)
         if self.user_namespace is not None:
             tracker_for(self.user_namespace).observe()
 
@@ -240,7 +245,9 @@ class NotebookSession:
         cells, dropped = self.cell_history.take()
         if not self.share_cell_history():
             return None
-        return note_text(cells, dropped) or None
+        shell = self.kernel_cells.shell if self.kernel_cells is not None else None  # IPython keeps the outputs
+        shown = output_summaries(shell, self.user_displays, (c.number for c in cells))
+        return note_text(cells, dropped, outputs=shown) or None
 
     def kernel_state(self) -> list[str] | None:
         """The kernel's user variables as capsule lines, or None outside a kernel."""

@@ -13,7 +13,7 @@ from typing import Any
 import nbformat
 import pytest
 from fakeserver import FakeServer, fake_server_fixture  # noqa: F401
-from kernel_support import Kernel, fake_server_project
+from kernel_support import Kernel, fake_server_project, script_tool_calls
 
 CELLS = {"setup": "x = 6\nprint('set up', x)",
          "show": "from IPython.display import HTML, display\ndisplay(HTML('<b>bold</b>'))\nx * 7",
@@ -45,15 +45,7 @@ def kernel(tmp_path: Path, fake_server: FakeServer) -> Iterator[tuple[Kernel, Pa
         kernel.close()
 
 
-def _script(fake_server: FakeServer, calls: list[tuple[str, dict[str, Any]]]) -> None:
-    """The model makes ``calls`` one per step, then ends the turn."""
-    def handler(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        done = sum(1 for m in body["messages"] if m.get("role") == "tool")
-        if done < len(calls):
-            name, arguments = calls[done]
-            return {"tool_calls": [{"id": f"c{done}", "name": name, "arguments": arguments}], "usage": False}
-        return {"text": "done", "usage": False}
-    fake_server.handler = handler
+_script = script_tool_calls
 
 
 def _results(fake_server: FakeServer) -> list[str]:
