@@ -166,7 +166,10 @@ def test_real_model_turns_in_a_kernel_call_tools_report_usage_calibrate_and_summ
     # 3. usage: every reply after the first carries the server's own prompt count
     with_usage = [e for e in assistant if e.usage is not None and e.usage.prompt_tokens > 0]
     assert len(with_usage) >= len(assistant) - 1, "replies after the first report the server's usage"
-    flights = [r for r in read_flight_records(project / ".soba" / "flight.jsonl") if r.get("kind") == "budget"]
+    # the last request sent was measured by the server's usage (a "next request" figure after %compact is
+    # the capsule's estimate: nothing was sent with it yet)
+    flights = [r for r in read_flight_records(project / ".soba" / "flight.jsonl")
+               if r.get("kind") == "budget" and r.get("request") != "next"]
     assert flights[-1]["source"] == "provider_usage"
     # 4. the estimate, once calibrated, is within 5% of the server's prompt counts
     paired = [(e.message["estimatedInput"], e.usage.prompt_tokens) for e in with_usage  # type: ignore[union-attr]
@@ -198,8 +201,15 @@ def test_real_model_turns_in_a_kernel_call_tools_report_usage_calibrate_and_summ
         # with the server's own count of its text, compaction/capsule_count.py: a 135M model's JSON
         # can outweigh the few turns it summarizes): a capsule never grows the context, so the local
         # one is kept, and says why (CI run 11, issue 26)
-        assert str(reasons[-1]).startswith("the model's capsule would have grown the context"), (compact_text, reasons)
-        assert compactions[-1]["generated"] and compactions[-1]["measuredAfter"] >= compactions[-1]["tokens_before"]
+        # Or the model's capsule was partial (template next steps, claims no user message supports) and
+        # the smaller local one replaced it, saying so (docs/CAPSULE_FORMAT.md, "Grounding")
+        reason = str(reasons[-1])
+        if reason.startswith("the model's capsule was rejected (partial"):
+            assert "the smaller local deterministic capsule was used" in reason, (compact_text, reasons)
+            assert "partial" in compact_text, compact_text
+        else:
+            assert reason.startswith("the model's capsule would have grown the context"), (compact_text, reasons)
+            assert compactions[-1]["generated"] and compactions[-1]["measuredAfter"] >= compactions[-1]["tokens_before"]
     else:
         assert capsule.data["quality"] in ("ok", "partial"), (compact_text, reasons)
     history = extract_facts(entries[:entries.index(capsule)])
