@@ -8,26 +8,34 @@ with what the agent read only at the start would let a save made meanwhile be ov
   which serialises soba's own writers (two agents, two kernels): the second one finds the first
   one's edit when it reads under the lock. A directory needs no lock file in the user's project
   and is never replaced, unlike the notebook itself, which each write renames over;
-* a writer that takes no lock (JupyterLab writes a notebook in place) is caught by
-  :func:`check_unchanged`, called right before the rename, after the new file is written: the
-  file the name holds must still be the one read, by device, inode, size, mtime and the SHA-256
-  of its bytes, read again there. What remains is the gap between that final ``stat`` and the
-  ``rename`` (docs/SECURITY.md, "Notebook edits and concurrent saves").
+* a writer that takes no lock (JupyterLab writes a notebook in place; editors rename a file over
+  it) is caught by :func:`swap_in`, once the new file is written: the name must still hold the
+  version read (device, inode, size, mtime and the SHA-256 of its bytes, read again). The check
+  cannot be followed by a plain ``rename`` without a gap in which a save is lost, so the new file
+  is *exchanged* with the old one in one system call (``renameat2(RENAME_EXCHANGE)``) and the file
+  it displaced is checked afterwards: a save that landed before the exchange is found there and
+  exchanged back, nothing lost. Where the file system cannot exchange, a plain rename follows the
+  check and the one-system-call gap remains (docs/SECURITY.md, "Notebook edits and concurrent
+  saves").
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import errno
 import hashlib
 import os
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 from ..errors import ToolError
 from ..locking import lock_exclusive
 
-__all__ = ["LOCK_WAIT_SEC", "FileVersion", "check_unchanged", "lock_directory"]
+__all__ = ["LOCK_WAIT_SEC", "FileVersion", "SetAside", "check_unchanged", "lock_directory", "swap_in"]
 
 #: Seconds a rewrite waits for another soba writer's lock on the same directory before giving up.
 #: A holder keeps it for one edit (about a second for a multi-MB notebook).
@@ -107,3 +115,82 @@ def check_unchanged(dir_fd: int, name: str, expected: FileVersion | None, change
         raise ToolError(changed) from None
     if not expected.same_file(last):
         raise ToolError(changed)
+
+
+class SetAside(ToolError):
+    """A save that landed during an edit could not be given its name back: it is kept under the
+    temporary name the message gives, which must therefore not be removed."""
+
+
+_RENAME_NOREPLACE = 1
+_RENAME_EXCHANGE = 2
+
+
+@cache
+def _renameat2_call() -> Callable[..., int] | None:
+    """glibc's ``renameat2`` (2.28 and later), or ``None`` where the C library has none."""
+    try:
+        func = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    func.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    func.restype = ctypes.c_int
+    call: Callable[..., int] = func
+    return call
+
+
+def _renameat2(dir_fd: int, src: str, dst: str, flags: int) -> bool:
+    """``renameat2`` within ``dir_fd``: True when done, False when this kernel, C library or file
+    system cannot do it with ``flags`` (the caller falls back); other failures raise OSError."""
+    func = _renameat2_call()
+    if func is None:
+        return False
+    if func(dir_fd, os.fsencode(src), dir_fd, os.fsencode(dst), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), dst)
+
+
+def _holds(dir_fd: int, name: str, expected: FileVersion) -> bool:
+    """Whether ``name`` is exactly ``expected``: same file, same status, same bytes."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        return stat.S_ISREG(st.st_mode) and expected.same_file(st) and _hash_of(fd) == expected.sha256
+    finally:
+        os.close(fd)
+
+
+def swap_in(dir_fd: int, tmp: str, name: str, expected: FileVersion | None, changed: str) -> None:
+    """Put the complete file ``tmp`` at ``name`` only over ``expected`` (``None``: only where no
+    file is), else ``ToolError(changed)`` with ``name`` as it was and ``tmp`` still there for the
+    caller to remove. The exchange closes the gap a check followed by a rename leaves: whatever
+    ``name`` held at the instant of the swap is checked after it, and put back if it was not the
+    version read."""
+    check_unchanged(dir_fd, name, expected, changed)  # the usual refusal, before touching anything
+    if expected is None:
+        try:
+            if _renameat2(dir_fd, tmp, name, _RENAME_NOREPLACE):
+                return
+        except FileExistsError:
+            raise ToolError(changed) from None
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return
+    if not _renameat2(dir_fd, tmp, name, _RENAME_EXCHANGE):
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        return
+    if _holds(dir_fd, tmp, expected):  # ``tmp`` now names the version read: the swap was clean
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        return
+    try:  # a save landed between the check and the exchange: it gets its name back
+        _renameat2(dir_fd, tmp, name, _RENAME_EXCHANGE)
+    except OSError as exc:
+        raise SetAside(f"{changed}; a version saved while the edit worked could not be put back "
+                       f"({exc.strerror}) and is kept as {tmp} next to it") from None
+    raise ToolError(changed)

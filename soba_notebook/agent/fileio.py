@@ -4,10 +4,11 @@
   relative to that directory's descriptor, never through a link), fsyncs it, gives it the old
   file's mode (and owner, when allowed), renames it over the target and fsyncs the directory.
   On any failure (a full disk, an I/O error) the temporary file is removed and the old file is
-  left byte-identical; the error names the path and the cause. ``before_rename``, when given, is
-  called with the temporary file complete, right before the rename: a compare-and-swap writer
-  (:mod:`.file_version`) checks there that the target is still what it read, and an exception
-  from it leaves the old file as it is.
+  left byte-identical; the error names the path and the cause. ``install``, when given, puts the
+  complete temporary file in place instead of the plain rename: a compare-and-swap writer
+  (:mod:`.file_version`) swaps it in only over the version it read, and an exception from it
+  leaves the target as it was (a :class:`~.file_version.SetAside` error keeps the temporary name,
+  which then holds somebody else's save).
 * :func:`read_window` streams a file once, keeping only the lines of the requested window up to
   a character budget and counting the rest, so a 200 MB file costs one window of memory.
 """
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING
 
 from ..errors import ToolError
+from .file_version import SetAside
 
 if TYPE_CHECKING:
     from .confine import Located
@@ -32,7 +34,7 @@ _CHUNK = 1 << 20
 
 
 def atomic_replace(loc: Located, payload: bytes, verb: str, *,
-                   before_rename: Callable[[], None] | None = None) -> os.stat_result:
+                   install: Callable[[str], None] | None = None) -> os.stat_result:
     """Replace (or create) ``loc`` with ``payload`` so that a failure leaves the old file untouched;
     the written file's status (its inode and mtime are the target's from the rename on)."""
     tmp = f".{loc.name}.soba-tmp-{_random.token_hex(4)}"
@@ -55,12 +57,14 @@ def atomic_replace(loc: Located, payload: bytes, verb: str, *,
             written = os.fstat(fd)
         finally:
             os.close(fd)
-        if before_rename is not None:
-            before_rename()
-        os.rename(tmp, loc.name, src_dir_fd=loc.dir_fd, dst_dir_fd=loc.dir_fd)
+        if install is not None:
+            install(tmp)
+        else:
+            os.rename(tmp, loc.name, src_dir_fd=loc.dir_fd, dst_dir_fd=loc.dir_fd)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=loc.dir_fd)
+        if not isinstance(exc, SetAside):
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=loc.dir_fd)
         if isinstance(exc, OSError):
             raise ToolError(_failure(loc, verb, exc)) from None
         raise

@@ -32,7 +32,7 @@ import regex
 
 from ..errors import ToolError, WorkspaceError
 from .confine import STATE_DIR_NAME, Located, locate, open_located, protected_identities
-from .file_version import FileVersion, check_unchanged, lock_directory
+from .file_version import FileVersion, lock_directory, swap_in
 from .fileio import atomic_replace, read_window
 
 __all__ = [
@@ -175,8 +175,8 @@ class HeldFile:
         written); the version written."""
         loc, payload = self._loc, content.encode("utf-8")
         _make_dirs(loc)
-        written = atomic_replace(loc, payload, verb, before_rename=lambda: check_unchanged(
-            loc.dir_fd, loc.name, self.version, changed))
+        written = atomic_replace(loc, payload, verb, install=lambda tmp: swap_in(
+            loc.dir_fd, tmp, loc.name, self.version, changed))
         return FileVersion.of(written, hashlib.sha256(payload).hexdigest())
 
 

@@ -165,3 +165,32 @@ def test_two_agents_editing_one_notebook_at_once_one_edit_lands_the_other_is_ref
         sources = {c.id: c.source for c in cells}
         assert sources[(first, second)[landed[0]]] == f"agent {landed[0]}, run {i}"
         assert sources[(first, second)[1 - landed[0]]] == base_nb.cells[2 - landed[0]].source
+
+
+@pytest.mark.parametrize("save", [jupyter_save, rename_save], ids=["in place", "renamed over"])
+def test_a_save_landing_between_the_last_check_and_the_swap_gets_its_name_back_and_the_edit_is_refused(
+        ws: Path, monkeypatch: pytest.MonkeyPatch, save: Any) -> None:
+    """The gap a check-then-rename leaves, hit on purpose: the save lands right after the last
+    check passed. The exchange finds it in the file it displaced and puts it back."""
+    from soba_notebook.agent import file_version
+
+    path = ws / "nb.ipynb"
+    base_nb = big_notebook(cells=8, output_chars=200)
+    path.write_text(nbformat.writes(base_nb) + "\n")
+    theirs = base_nb.copy()
+    theirs.cells = [nbformat.v4.new_markdown_cell("saved in JupyterLab in the gap"), *base_nb.cells[1:]]
+    saved = nbformat.writes(theirs) + "\n"
+    real_check = file_version.check_unchanged
+
+    def check_then_save(*args: Any) -> None:
+        real_check(*args)
+        save(path, saved)
+
+    monkeypatch.setattr(file_version, "check_unchanged", check_then_save)
+    ctx = ToolContext(ws)
+    assert not run("notebook_read", {"path": "nb.ipynb"}, ctx).is_error
+    out = run("notebook_edit", {"path": "nb.ipynb", "cell_id": base_nb.cells[3].id, "action": "replace",
+                                "source": "x3 = 0"}, ctx)
+    assert out.is_error and "nb.ipynb changed since you last read it" in out.content, out.content
+    assert path.read_text() == saved
+    assert sorted(p.name for p in ws.iterdir()) == ["nb.ipynb"], "no temporary file is left"
