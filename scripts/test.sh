@@ -48,9 +48,13 @@ tier() {  # tier FOLDER PARALLEL [PYTEST ARGS...]: one tier; exit status 5 (noth
   local xdist=()
   if [ "$parallel" = 1 ] && [ "$workers" != 0 ]; then xdist=(-n "$workers"); fi
   echo "== tests/$folder"
-  .venv/bin/python -m pytest -q ${xdist[@]+"${xdist[@]}"} "tests/$folder" "$@" || status=$?
+  # -rfE names every failure and error in the tier's last lines; they are gathered again at the end
+  .venv/bin/python -m pytest -q -rfE ${xdist[@]+"${xdist[@]}"} "tests/$folder" "$@" 2>&1 \
+    | tee "test-artifacts/tier-$folder.log" || status=$?
   [ "$status" = 0 ] || [ "$status" = 5 ] || return "$status"
 }
+set -o pipefail
+mkdir -p test-artifacts
 named=0  # arguments that name test files or folders run just those, in one pytest
 for arg in ${args[@]+"${args[@]}"}; do
   if [ -e "${arg%%::*}" ]; then named=1; fi
@@ -68,5 +72,9 @@ else
   tier kernel 0 --durations=10 ${args[@]+"${args[@]}"} || failed=1
   tier browser 0 --durations=5 ${args[@]+"${args[@]}"} || failed=1
   tier realmodel 0 --durations=5 ${args[@]+"${args[@]}"} || failed=1
+  if [ "$failed" = 1 ]; then  # a long log is often read from its end: say there what failed, by tier
+    echo "== what failed"
+    grep -h -E '^(FAILED|ERROR) ' test-artifacts/tier-*.log || echo "(no test failed: a tier's run itself did)"
+  fi
   exit "$failed"
 fi
