@@ -570,7 +570,8 @@ class Agent:
             entry = self._append(tool_result(call.id, call.name, result.content, is_error=result.is_error,
                                              cancelled=result.cancelled, full_chars=result.full_chars,
                                              exit_code=result.data.get("exit_code"),
-                                             files_changed=result.data.get("files_changed"), images=result.images))
+                                             files_changed=result.data.get("files_changed"), images=result.images,
+                                             cell_runs=result.data.get("cell_runs")))
             written.append(entry.id or "")
             ended = ToolEndPayload(call_id=call.id, name=call.name, is_error=result.is_error,
                                    cancelled=result.cancelled, content=head_tail(self._scrubber.text(result.content)))

@@ -44,7 +44,7 @@ from .notebook_doc import assign_ids, cell_source, dumps, parse_notebook, source
 from .notebook_tools import PATH_DESCRIPTION, changed_while, notebook_target, read_stamp
 from .tools import Tool, ToolContext, ToolResult
 
-__all__ = ["NOTEBOOK_RUN_TOOL", "SCOPES", "preview_run", "run_text", "select_cells"]
+__all__ = ["NOTEBOOK_RUN_TOOL", "SCOPES", "cell_runs", "preview_run", "run_text", "select_cells"]
 
 Scope = Literal["cells", "all", "stale", "from"]
 SCOPES: tuple[Scope, ...] = ("cells", "all", "stale", "from")
@@ -176,6 +176,20 @@ def run_text(shown: str, runs: Sequence[tuple[str, CellRun]], chosen: Sequence[s
     return "\n\n".join(blocks), tuple(images)
 
 
+def _outcome(run: CellRun) -> str:
+    if run.stopped:
+        return f"stopped ({run.stopped})"
+    error = run.error
+    return "ok" if error is None else f"raised {error.get('ename')}: {error.get('evalue')}"
+
+
+def cell_runs(shown: str, runs: Sequence[tuple[str, CellRun]]) -> dict[str, Any]:
+    """What the run's tool-result entry records of it (``cellRuns``): the notebook, and each cell's
+    id, execution count and outcome (``ok``, ``raised ename: evalue``, ``stopped (why)``). The
+    capsule's cells-run facts are read from it (:mod:`soba_notebook.compaction.cell_facts`)."""
+    return {"path": shown, "cells": [{"id": cid, "count": run.number, "outcome": _outcome(run)} for cid, run in runs]}
+
+
 def _save(ctx: ToolContext, loaded: _Loaded, runs: Sequence[tuple[str, CellRun]]) -> tuple[bool, str]:
     """The outputs written into the file, atomically, if it is still the version the run read."""
     with ws.held_whole(ctx.workspace, loaded.shown, "notebook_run") as held:
@@ -219,7 +233,8 @@ async def _notebook_run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     failed = last is not None and (last.error is not None or bool(last.stopped))
     cells = tuple(f"{loaded.shown}#{cid}" for cid, _ in runs)
     data: dict[str, Any] = {"path": loaded.shown, "ran": [cid for cid, _ in runs], "live": loaded.live,
-                            "files_changed": FileChanges(modified=cells if saved else ()).to_json()}
+                            "files_changed": FileChanges(modified=cells if saved else ()).to_json(),
+                            "cell_runs": cell_runs(loaded.shown, runs)}
     if last is not None and last.stopped == "cancelled":
         data["cancelled"] = True
     text, images = run_text(loaded.shown, runs, chosen, notes)

@@ -23,6 +23,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from ..session.capsule_schema import CAPSULE_FIELDS, Capsule, Decision, EntryRange, Verification
+from .cell_facts import merge_cell_items
 
 __all__ = [
     "MAX_ROLLED_FROM",
@@ -80,7 +81,8 @@ def _merge_decisions(old: Sequence[Decision], new: Sequence[Decision]) -> tuple[
 def roll(previous: Capsule | None, newer: Capsule, *, previous_checkpoint: str | None = None) -> Capsule:
     """Combine ``previous`` state with ``newer`` facts, losing nothing that was not superseded.
 
-    Files, verification commands, skills, artifacts, constraints and decisions accumulate (a
+    Files, verification commands, skills, artifacts, constraints, decisions and the cells run (the
+    latest item per cell) accumulate (a
     capsule over its reserve loses its oldest history items later, saying so: :mod:`.capsule_fit`);
     ``rolled_from`` keeps the last :data:`MAX_ROLLED_FROM` checkpoint ids.
     Work items move forward: something ``newer`` lists as done leaves ``active``/``pending``.
@@ -116,6 +118,7 @@ def roll(previous: Capsule | None, newer: Capsule, *, previous_checkpoint: str |
         verification=verification,
         active_skills=merge_unique(newer.active_skills) if newer.active_skills else previous.active_skills,
         artifacts=merge_unique(previous.artifacts, newer.artifacts),
+        cells_run=merge_cell_items(previous.cells_run, newer.cells_run),
         covers=covers,
         rolled_from=merge_unique(previous.rolled_from,
                                  [previous_checkpoint] if previous_checkpoint else [])[-MAX_ROLLED_FROM:],
@@ -126,8 +129,9 @@ def with_facts(summary: Capsule, facts: Capsule) -> Capsule:
     """A model-written capsule grounded in the deterministic ``facts`` of the history.
 
     The grounded fields — files read and modified, verification commands with their status,
-    active skills — are ``facts``'s, *replacing* whatever the model claimed (a model can name a
-    file that was never touched or a test run that never passed; the history cannot). The goal
+    active skills, the notebook cells run and figures seen — are ``facts``'s, *replacing* whatever
+    the model claimed (a model can name a file that was never touched or a test run that never
+    passed; the history cannot). The goal
     falls back to the facts' when the model gave none; the user's corrections and the artifacts
     are merged, so none is lost; ``covers`` is the facts' range.
     """
@@ -141,6 +145,7 @@ def with_facts(summary: Capsule, facts: Capsule) -> Capsule:
         verification=facts.verification,
         active_skills=facts.active_skills,
         artifacts=merge_unique(summary.artifacts, facts.artifacts),
+        cells_run=facts.cells_run,
         covers=facts.covers,
         rolled_from=merge_unique(facts.rolled_from, summary.rolled_from)[-MAX_ROLLED_FROM:],
     )

@@ -11,7 +11,7 @@ beside it, and the hard-limit shrink summarized the turn's own prompt away (docs
 :func:`fit_capsule` trims a capsule that renders over its budget, deterministically and visibly:
 
 * only the accumulating *history* lists are trimmed (:data:`TRIMMED`: completed work, decisions,
-  files read, artifacts, verification), each from its oldest item, the list holding the most text
+  files read, artifacts, verification, notebook cells run), each from its oldest item, the list holding the most text
   first, each down to a floor of its newest items;
 * never the goal, active and pending work, blockers, next steps, files modified, active skills,
   the latest verification results, or the newest :data:`KEPT_CONSTRAINTS` constraints (the user's
@@ -50,7 +50,8 @@ __all__ = ["KEPT_CONSTRAINTS", "MAX_RESERVE", "TRIMMED", "capsule_reserve", "fit
 MAX_RESERVE = 8_000
 #: the history lists a capsule over its reserve loses items from (oldest first), and how many of
 #: their newest items each keeps
-TRIMMED: dict[str, int] = {"done": 3, "decisions": 3, "files_read": 0, "artifacts": 0, "verification": 5}
+TRIMMED: dict[str, int] = {"done": 3, "decisions": 3, "files_read": 0, "artifacts": 0, "verification": 5,
+                           "cells_run": 5}
 #: the constraints a capsule always keeps as given, newest last (the deterministic capsule's own
 #: bound, ``extract.MAX_ROLLED_CONSTRAINTS``)
 KEPT_CONSTRAINTS = MAX_ROLLED_CONSTRAINTS

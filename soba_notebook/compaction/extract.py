@@ -7,8 +7,9 @@ Two jobs depend on it (seed sections 1 and 7):
   forward and adds a short work summary inferred from the entries: completed steps, the last
   thing the assistant said, interrupted tool calls, still-failing checks.
 * :func:`extract_facts` supplies the facts every model-written capsule is grounded in
-  (:mod:`.grounding`): its files read and modified, verification commands with their last result
-  and active skills *replace* the model's claims, and the goal and the user's corrections are
+  (:mod:`.grounding`): its files read and modified, verification commands with their last result,
+  active skills and the notebook cells run with the figures seen (:mod:`.cell_facts`) *replace*
+  the model's claims, and the goal and the user's corrections are
   merged in, so a model summary can neither lose nor invent them.
 
 It reads tool calls (name + arguments on assistant entries) paired with their results by tool
@@ -34,6 +35,7 @@ from typing import Any
 from ..session.entries import Entry
 from ..session.payloads import VerificationStatus, checkpoint_data, config_data
 from .capsule import Capsule, Decision, EntryRange, Verification, merge_unique, resolved_item, roll
+from .cell_facts import CellFacts
 from .file_changes import FileChanges
 from .latest_request import latest_request
 from .shell_parse import ShellEffects, classify_shell_command, normalize_path
@@ -161,6 +163,8 @@ class _Result:
     status_recorded: bool = False
     #: files the run was observed to change (SOBA's shell and python tools), when observed
     changes: FileChanges | None = None
+    #: the stored result message (the notebook tools' cell runs and figures are read from it)
+    message: Mapping[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -184,6 +188,7 @@ class _Scan:
     pending: dict[str, int] = field(default_factory=dict)
     completed: set[str] = field(default_factory=set)
     open_file: str | None = None  # SWE-agent's windowed editor edits the file last opened
+    cells: CellFacts = field(default_factory=CellFacts)
 
     # -- files ---------------------------------------------------------------------------------
     def read(self, path: str | None, index: int) -> None:
@@ -257,7 +262,7 @@ def _results(entries: Sequence[Entry]) -> dict[str, _Result]:
                                    _content_text(message.get("content")),
                                    code if isinstance(code, int) and not isinstance(code, bool) else None,
                                    message.get("statusRecorded") is True, FileChanges.from_json(
-                                       message.get("filesChanged")))
+                                       message.get("filesChanged")), message)
     return out
 
 
@@ -274,6 +279,7 @@ def _scan(entries: Sequence[Entry], initial_skills: Iterable[str] = ()) -> _Scan
                 text = _content_text(message.get("content")).strip()
                 if text:
                     scan.last_assistant = text
+                    scan.cells.assistant(text)
                 for call_id, name, args in _tool_calls(message):
                     _tool_call(scan, index, name, args, results.get(call_id) if call_id else None)
         elif entry.type == "checkpoint":
@@ -321,6 +327,7 @@ def _tool_call(scan: _Scan, index: int, name: str, args: Mapping[str, Any], resu
         return
     scan.pending.pop(summary, None)
     scan.completed.add(summary)
+    scan.cells.tool_result(name, args, result.message)
     ok = result.is_error is not True
     if ok and name in _TEXT_ERROR_TOOLS and result.is_error is None and _FAILED_TEXT.match(result.text[:300]):
         ok = False
@@ -444,6 +451,7 @@ def _facts(scan: _Scan, entries: Sequence[Entry], *, goal_from_first_message: bo
         verification=tuple(v for _, v in checks),
         active_skills=tuple(scan.skills[-MAX_SKILLS:]),
         artifacts=tuple(list(scan.artifacts)[-MAX_ARTIFACTS:]),
+        cells_run=scan.cells.items(),
         covers=EntryRange(entries[0].id if entries else None, entries[-1].id if entries else None, len(entries)),
     )
 

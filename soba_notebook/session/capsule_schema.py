@@ -120,6 +120,12 @@ class Capsule:
     active_skills: tuple[str, ...] = field(
         default=(), metadata=_meta("activeSkills", "strings", "Active skills", "active skills"))
     artifacts: tuple[str, ...] = field(default=(), metadata=_meta("artifacts", "strings", "Artifacts", "artifacts"))
+    #: the notebook cells the covered history ran and the figures the model saw, one item per cell
+    #: (``nb.ipynb cell c3: ran [7] ok; figure 640×480 seen (…) — the model said: "…"``): facts of
+    #: the transcript (``compaction.cell_facts``), the code's, never the model's. Stored only when
+    #: non-empty, so a capsule without any hashes as before the field existed.
+    cells_run: tuple[str, ...] = field(default=(), metadata=_meta(
+        "cellsRun", "strings", "Notebook cells run and figures seen", None, shown=True))
     # filled by the code, never asked of the model (ask None)
     covers: EntryRange = field(default_factory=EntryRange, metadata=_meta("covers", "range", "Covered range", None))
     #: checkpoint ids of the latest capsules this one rolled up, oldest first: the last few only
@@ -171,7 +177,7 @@ class CapsuleField:
     ``attr``: the attribute; ``key``: the JSON key of the stored form; ``kind``: what it holds;
     ``title``: the heading it is shown under (model input, ``.capsule.md``); ``ask``: what the
     summarizing model is asked to put in it, or ``None`` when the code fills it (``covers``,
-    ``rolledFrom``, ``latestRequest``); ``shown``: whether the model input shows it.
+    ``rolledFrom``, ``latestRequest``, ``cellsRun``); ``shown``: whether the model input shows it.
     """
 
     attr: str
@@ -183,9 +189,9 @@ class CapsuleField:
 
     @property
     def optional(self) -> bool:
-        """Filled by the code and shown, yet left out of the stored form when empty (``latestRequest``):
-        capsules written before it existed keep their exact stored form and hash."""
-        return self.ask is None and self.shown and self.kind == "text"
+        """Filled by the code and shown, yet left out of the stored form when empty (``latestRequest``,
+        ``cellsRun``): capsules written before it existed keep their exact stored form and hash."""
+        return self.ask is None and self.shown and self.kind in ("text", "strings")
 
 
 #: The capsule's fields in their order (stored form, rendering, prompt).

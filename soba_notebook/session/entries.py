@@ -289,16 +289,17 @@ def assistant_message(text: str = "", tool_calls: Iterable[ToolCall] = (), *, us
 def tool_result(tool_call_id: str, name: str, content: str, *, is_error: bool = False,
                 cancelled: bool = False, full_chars: int | None = None, exit_code: int | None = None,
                 files_changed: Mapping[str, Any] | None = None,
-                images: Iterable[ImageAttachment] = ()) -> Entry:
+                images: Iterable[ImageAttachment] = (), cell_runs: Mapping[str, Any] | None = None) -> Entry:
     """The result of one tool call. ``full_chars`` is set when ``content`` was truncated;
     ``exit_code`` is a command's recorded exit status; ``files_changed`` the workspace files the
     run was observed to create, modify or delete (:class:`~soba_notebook.compaction.file_changes.FileChanges`);
-    ``images`` the figures it shows the model (stored as ``attachments``, :mod:`.attachments`)."""
+    ``images`` the figures it shows the model (stored as ``attachments``, :mod:`.attachments`);
+    ``cell_runs`` the notebook cells a ``notebook_run`` ran (stored as ``cellRuns``)."""
     attachments = [a.to_json() for a in images] or None
     return _message(role="tool", toolCallId=tool_call_id, name=name, content=content,
                     isError=is_error or None, cancelled=cancelled or None, fullChars=full_chars,
                     exitCode=exit_code, filesChanged=dict(files_changed) if files_changed is not None else None,
-                    attachments=attachments)
+                    attachments=attachments, cellRuns=dict(cell_runs) if cell_runs is not None else None)
 
 
 def checkpoint(kind: str, note: str = "") -> Entry:

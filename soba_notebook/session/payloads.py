@@ -153,6 +153,8 @@ class MessageBody(TypedDict, total=False):
     statusRecorded: bool
     #: images shown to the model (``session/attachments.py``: ``ImageAttachment.to_json`` each)
     attachments: list[dict[str, Any]]
+    #: the cells a ``notebook_run`` ran: ``{"path": str, "cells": [{"id", "count", "outcome"}]}``
+    cellRuns: dict[str, Any]
     # imported transcripts
     images: int
 

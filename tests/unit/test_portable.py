@@ -66,7 +66,7 @@ capsules = st.builds(
     blockers=items, next_steps=items, files_read=items, files_modified=items,
     verification=st.lists(st.builds(Verification, texts, st.sampled_from(["passed", "failed", "unknown"]), texts),
                           max_size=3).map(tuple),
-    active_skills=items, artifacts=items,
+    active_skills=items, artifacts=items, cells_run=items,
     covers=st.builds(EntryRange, st.none() | texts, st.none() | texts, st.integers(-5, 10**9)),
     rolled_from=items,
 )
