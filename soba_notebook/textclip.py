@@ -30,12 +30,14 @@ def clip_line(line: str, limit: int = LINE_CHARS) -> str:
 
 
 def head_tail(text: str, *, head_lines: int = HEAD_LINES, tail_lines: int = TAIL_LINES,
-              line_chars: int = LINE_CHARS) -> str:
+              line_chars: int = LINE_CHARS, last_whole: bool = True) -> str:
     """The first ``head_lines`` and last ``tail_lines`` lines of ``text`` with a marker between.
 
     Text that fits is returned with only over-long lines clipped. The marker line reads
     ``… 1,234 lines omitted …``; the last line (a shell result's ``[exit code N]``) is always
-    present and never clipped, so the exit status is visible however long the output was.
+    present and, with ``last_whole``, never clipped, so the exit status is visible however long the
+    output was. Without it the last line is clipped like the others (a notebook output, whose last
+    line may be the whole of a 50 MB one-line result).
     """
     lines = text.splitlines()
     if not lines:
@@ -48,7 +50,8 @@ def head_tail(text: str, *, head_lines: int = HEAD_LINES, tail_lines: int = TAIL
         kept = [*lines[:head_lines], f"… {omitted:,} {noun} omitted …", *lines[-tail_lines:]]
     else:
         kept = list(lines)
-    return "\n".join([*(clip_line(line, line_chars) for line in kept[:-1]), kept[-1]])
+    return "\n".join([*(clip_line(line, line_chars) for line in kept[:-1]),
+                      kept[-1] if last_whole else clip_line(kept[-1], line_chars)])
 
 
 def last_line(text: str) -> str:

@@ -7,7 +7,9 @@ itself is :mod:`.pyexec`'s (a dedicated thread, the thread's writes routed to th
 ``KeyboardInterrupt`` on stop or timeout); what only a kernel knows comes through
 :class:`CellKernel`, which the notebook layer implements with IPython (its cell transformer for
 ``%magics``, its execution count, its display formatter and publisher). A headless agent uses
-:class:`PlainCells`: plain Python, ``repr`` results, its own counter.
+:class:`PlainCells`: plain Python, ``repr`` results, its own counter. Either way a DataFrame's
+output carries its shape and dtypes in its metadata (:func:`.table_facts.table_metadata`), which
+no mime bundle holds.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .pyexec import capture_this_thread, run_code, run_on_thread, user_traceback
+from .table_facts import table_metadata
 
 if TYPE_CHECKING:
     from ..cancel import CancelToken
@@ -45,7 +48,8 @@ class CellKernel(Protocol):
         ...
 
     def result_data(self, value: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        """A trailing expression's value as ``(data by MIME type, metadata)``."""
+        """A trailing expression's value as ``(data by MIME type, metadata)``; a DataFrame's
+        metadata carries its shape and dtypes (:func:`.table_facts.table_metadata`)."""
         ...
 
     def displays(self, sink: DisplaySink) -> contextlib.AbstractContextManager[Any]:
@@ -70,7 +74,7 @@ class PlainCells:
         return next(self._counter)
 
     def result_data(self, value: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        return {"text/plain": repr(value)}, {}
+        return {"text/plain": repr(value)}, table_metadata(value) or {}
 
     def displays(self, sink: DisplaySink) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()

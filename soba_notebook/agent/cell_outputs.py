@@ -5,8 +5,11 @@ outputs for the model, used by ``notebook_read`` with ``include_images`` and by 
 
 * stream text and ``text/plain`` results: head and tail with the omission marked, and errors as
   ``ename: evalue`` with the traceback's last frames (:func:`.notebook_view.output_text`);
-* a DataFrame (an output whose ``text/html`` is pandas' ``<table class="dataframe">``): a compact
-  table, its shape and its first rows from the ``text/plain`` repr, never the HTML;
+* a DataFrame (an output whose ``text/html`` is pandas' ``<table class="dataframe">``, or whose
+  metadata holds the kernel's table facts): a compact table, its shape, its columns' dtypes and its
+  first rows from the ``text/plain`` repr, never the HTML. The dtypes are no part of a mime bundle:
+  the kernel adds them to the output's metadata when the cell runs (:mod:`.table_facts`), so the
+  saved notebook keeps them for a later ``notebook_read``;
 * a PNG or JPEG: an :class:`~soba_notebook.session.attachments.ImageAttachment` with its size read
   from the header bytes, and a one-line description in the text where it stands. An image too large
   to send (over :data:`MAX_IMAGE_BYTES`) or of unknown size stays a line of text.
@@ -26,6 +29,7 @@ from ..image_tokens import image_pixel_size
 from ..session.attachments import ImageAttachment
 from ..textclip import head_tail
 from .notebook_view import output_text, strip_ansi
+from .table_facts import table_facts
 
 __all__ = ["MAX_IMAGE_BYTES", "TABLE_HEAD_ROWS", "outputs_for_model", "table_summary"]
 
@@ -43,21 +47,26 @@ def _joined(value: Any) -> str:
     return "".join(value) if isinstance(value, list) else str(value or "")
 
 
-def table_summary(data: Mapping[str, Any]) -> str | None:
-    """A DataFrame result as ``[table N rows × M columns]`` and its first rows, or None when
-    ``data`` is no pandas table (no ``<table class="dataframe">`` in its HTML)."""
+def table_summary(data: Mapping[str, Any], metadata: Mapping[str, Any] | None = None) -> str | None:
+    """A DataFrame result as ``[table N rows × M columns]``, its dtypes (when the kernel recorded
+    them in ``metadata``) and its first rows; None when it is no pandas table (no
+    ``<table class="dataframe">`` in its HTML and no table facts in its metadata)."""
     html = _joined(data.get("text/html"))
-    if 'class="dataframe"' not in html[:2_000]:
+    dims, dtypes = table_facts(metadata)
+    if 'class="dataframe"' not in html[:2_000] and dims is None:
         return None
     plain = strip_ansi(_joined(data.get("text/plain"))).rstrip("\n")
     found = _SHAPE.search(plain[-200:]) or _SHAPE.search(html[-500:])
     lines = [line for line in plain.splitlines() if not _SHAPE.fullmatch(line.strip())]
+    if dims is None and found:
+        dims = (int(found[1].replace(",", "")), int(found[2].replace(",", "")))
     # without pandas' footer the frame is small and shows every row: a header line plus one per row
-    shape = f"{found[1]} rows × {found[2]} columns" if found else f"{max(len(lines) - 1, 0)} rows"
+    shape = f"{dims[0]:,} rows × {dims[1]:,} columns" if dims else f"{max(len(lines) - 1, 0):,} rows"
     head = head_tail("\n".join(lines[:TABLE_HEAD_ROWS + 1]), head_lines=TABLE_HEAD_ROWS + 1, tail_lines=0,
-                     line_chars=400)
+                     line_chars=400, last_whole=False)
     more = f"\n… first {TABLE_HEAD_ROWS} rows shown" if len(lines) > TABLE_HEAD_ROWS + 1 else ""
-    return f"[table {shape}]\n{head}{more}"
+    typed = f"\ndtypes: {', '.join(dtypes)}" if dtypes else ""
+    return f"[table {shape}]{typed}\n{head}{more}"
 
 
 def _image(mime: str, value: Any, cell_id: str | None) -> tuple[ImageAttachment | None, str]:
@@ -86,7 +95,8 @@ def outputs_for_model(outputs: Iterable[Mapping[str, Any]], *, cell_id: str | No
         if not isinstance(data, Mapping):
             blocks.append(output_text(output))
             continue
-        table = table_summary(data)
+        metadata = output.get("metadata")
+        table = table_summary(data, metadata if isinstance(metadata, Mapping) else None)
         sent = next((m for m in _SENT_MIMES if m in data), None)
         if table is not None:
             blocks.append(table)

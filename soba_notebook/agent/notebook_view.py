@@ -45,7 +45,8 @@ def strip_ansi(text: str) -> str:
 
 
 def _clip(text: str, head: int, tail: int) -> str:
-    return head_tail(text.rstrip("\n"), head_lines=head, tail_lines=tail, line_chars=LINE_CHARS) if text else text
+    return head_tail(text.rstrip("\n"), head_lines=head, tail_lines=tail, line_chars=LINE_CHARS,
+                     last_whole=False) if text else text
 
 
 def _joined(value: Any) -> str:

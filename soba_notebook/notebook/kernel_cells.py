@@ -4,7 +4,10 @@ A cell the agent runs should look as if the user ran it, so it takes from the sh
 run takes: the cell transformer (``%magic`` and ``!command`` lines), the next execution count, the
 display formatter for a trailing expression's rich reprs, and ``display()`` (IPython's display
 publisher), whose calls from the cell's thread are routed to the cell while every other thread's
-(the ``%soba`` cell's own rendering, the user's cells) publish as before.
+(the ``%soba`` cell's own rendering, the user's cells) publish as before. On those threads the
+display formatter also adds a DataFrame's shape and dtypes to its output's metadata
+(:func:`~soba_notebook.agent.table_facts.table_metadata`), for a trailing ``df`` as for
+``display(df)``: the model is then given them, which the mime bundle does not hold.
 
 Execution counts: the shell's ``execution_count`` is the running cell's number while a cell runs
 (IPython adds one when it ends) and the next cell's number while the kernel is idle. So an agent
@@ -24,6 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..agent.cell_exec import DisplaySink
+from ..agent.table_facts import table_metadata
 from .cell_history import CellHistory
 
 __all__ = ["KernelCells"]
@@ -46,6 +50,20 @@ class _RoutedPublisher:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
+
+
+class _TableFormat:
+    """Stands in for the display formatter's ``format`` (an instance attribute over the method): on
+    the registered threads a DataFrame's metadata gets its table facts."""
+
+    def __init__(self, real: Any, threads: dict[int, DisplaySink]) -> None:
+        self.real = real
+        self.threads = threads
+
+    def __call__(self, obj: Any, *args: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        data, metadata = self.real(obj, *args, **kwargs)
+        facts = table_metadata(obj) if threading.get_ident() in self.threads else None
+        return (data, {**metadata, **facts}) if facts else (data, metadata)
 
 
 class KernelCells:
@@ -92,6 +110,12 @@ class KernelCells:
                 router = _RoutedPublisher(router)
                 self.shell.display_pub = router
             router.targets[ident] = sink
+            formatter = self.shell.display_formatter
+            wrapped = vars(formatter).get("format")
+            if isinstance(wrapped, _TableFormat):
+                wrapped.threads = router.targets
+            else:
+                formatter.format = _TableFormat(formatter.format, router.targets)
         try:
             yield
             _flush_inline_figures()  # what the inline backend shows when a user's cell ends
@@ -100,6 +124,7 @@ class KernelCells:
                 router.targets.pop(ident, None)
                 if not router.targets and self.shell.display_pub is router:
                     self.shell.display_pub = router.real
+                    vars(self.shell.display_formatter).pop("format", None)
 
     def ran(self, cell_id: str, number: int, source: str, error: dict[str, Any] | None) -> None:
         outcome = "ok" if error is None else f"{error.get('ename')}: {error.get('evalue')}"

@@ -1,6 +1,7 @@
 """What ``notebook_run`` gives the model, in a real kernel: a cell that prints, shows a pandas
-DataFrame and displays a matplotlib PNG comes back as clipped text, a compact table and the figure
-as an image attachment on the tool result (stored in the transcript with its size), and the request
+DataFrame and displays a matplotlib PNG comes back as clipped text, a compact table (its shape and
+dtypes, which the kernel adds to the output's metadata as it runs) and the figure as an image
+attachment on the tool result (stored in the transcript with its size), and the request
 to an OpenAI-shaped loopback server carries the figure as an ``image_url`` part; a model that takes
 no images is sent the figure's one-line description."""
 
@@ -72,7 +73,8 @@ def test_a_run_cell_gives_text_a_table_summary_and_its_figure_as_an_image(start:
     message = _run_entry(project)
     content = str(message["content"])
     assert "ran 1 cell of work.ipynb" in content and "[stdout]\ndrawing" in content, content
-    assert "[table 10 rows]\n   a   b\n0  0   0" in content and "<table" not in content, content
+    assert "[table 10 rows × 2 columns]\ndtypes: a int64, b int64\n   a   b\n0  0   0" in content, content
+    assert "<table" not in content, content
     (image,) = message["attachments"]
     assert (image["mime"], image["width"], image["height"], image["cellId"]) == ("image/png", 100, 75, "plot")
     assert "[image image/png 100×75 from cell plot" in content, content

@@ -191,7 +191,7 @@ def test_outputs_give_text_clipped_a_table_summarised_and_images_attached() -> N
     text, images = outputs_for_model(outputs, cell_id="c9")
     assert len(text) < 6_000                        # 5 MB of stream output and a 10,000-row frame, clipped
     assert "lines omitted" in text
-    assert "[table 10000 rows × 3 columns]" in text and "<table" not in text
+    assert "[table 10,000 rows × 3 columns]" in text and "<table" not in text
     assert "ValueError: bad input" in text
     assert [(i.width, i.height, i.cell_id) for i in images] == [(640, 480, "c9")]
     assert images[0].line in text
