@@ -3,9 +3,12 @@
 What ``notebook_read`` (and ``read_file`` on an ``.ipynb``) returns. Outputs become text: stream
 output and ``text/plain`` results as they are, errors as ``ename: evalue`` with the traceback's
 head and tail (ANSI colours stripped), images and other rich outputs as one line
-(``[image/png 640×480]``, the size read from the PNG header). Every source and output is clipped
-head + tail with the ``… N lines omitted …`` marker (:func:`soba_notebook.textclip.head_tail`), so
-a notebook with large images reads small; the tool layer bounds the whole result on top.
+(``[image/png 640×480]``, the size read from the PNG header); a DataFrame whose output metadata
+holds the kernel's table facts (:mod:`.table_facts`) is headed by its shape and dtypes. Every
+source and output is clipped head + tail with the ``… N lines omitted …`` marker
+(:func:`soba_notebook.textclip.head_tail`), an over-long line (the last one too) around a
+``… N characters omitted …`` marker, so a notebook with large outputs reads small; the tool layer
+bounds the whole result on top.
 
 When the notebook is the kernel's own, the cells that ran in this kernel (:class:`KernelRun`) are
 shown too: each cell's runs by execution count, a failure's traceback as the kernel saw it (the
@@ -26,6 +29,7 @@ from nbformat import NotebookNode
 from ..textclip import clip_line, head_tail
 from .notebook_access import KernelRun
 from .notebook_doc import cell_source
+from .table_facts import table_facts
 
 __all__ = ["image_size", "output_text", "render_cells", "strip_ansi"]
 
@@ -92,6 +96,10 @@ def output_text(output: Mapping[str, Any]) -> str:
         return f"[error] {head}" + (f"\n{_clip(trace, TRACE_HEAD, TRACE_TAIL)}" if trace.strip() else "")
     data = output.get("data") or {}
     label = "[result]" if kind == "execute_result" else "[display]"
+    dims, dtypes = table_facts(output.get("metadata"))
+    if dims is not None:
+        typed = f" dtypes: {', '.join(dtypes)}" if dtypes else ""
+        label += f" [table {dims[0]:,} rows × {dims[1]:,} columns]{typed}"
     rich = [_rich_line(mime, value) for mime, value in data.items() if mime != "text/plain"
             and not (mime == "text/html" and "text/plain" in data)]
     plain = _clip(strip_ansi(_joined(data.get("text/plain"))), OUTPUT_HEAD, OUTPUT_TAIL) if "text/plain" in data else ""

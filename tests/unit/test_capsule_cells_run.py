@@ -4,11 +4,16 @@ grounded lists, and absent from capsules (and their hashes) that have none."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+from pathlib import Path
+
+from compaction_support import FakeSummarizer, capsules, make_engine, small_config, text_of
 
 from soba_notebook.agent.cell_exec import CellRun
 from soba_notebook.agent.notebook_run import cell_runs
+from soba_notebook.compaction import Trigger
 from soba_notebook.compaction.capsule import Capsule, render, roll
 from soba_notebook.compaction.cell_facts import MAX_CELLS, REMARK_CHARS
 from soba_notebook.compaction.extract import deterministic_capsule, extract_facts
@@ -123,3 +128,27 @@ def test_a_capsule_with_cells_round_trips_through_its_file() -> None:
     pc = PortableCapsule(id="cap_0123456789abcdef", capsule=capsule, title="t", created="c", source_session=None,
                          source_checkpoint=None, trigger="user", quality="ok", token_count=1)
     assert load_text(export_text(pc), strict=True).capsule == capsule
+
+
+def test_figures_a_compaction_summarized_are_described_in_its_capsule_with_where_to_see_them(tmp_path: Path) -> None:
+    # the model's capsule names no cell: the grounded facts put them in
+    summarizer = FakeSummarizer(answer=lambda _request: Capsule(goal="plot the 6 runs", next_steps=("compare runs",)))
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path, keepRecentTokens=50), summarizer)
+    store.append(user_message("plot the 6 runs"))
+    for n in range(6):
+        call = ToolCall(f"call_{n}", "notebook_run", {"path": "runs.ipynb", "cell_ids": [f"run{n}"]})
+        store.append(assistant_message("", [call]))
+        store.append(tool_result(call.id, "notebook_run", f"ran 1 cell of runs.ipynb\n{text_of(200, n)}",
+                                 images=[attachment(800, 600, f"run{n}")],
+                                 cell_runs=cell_runs("runs.ipynb", [(f"run{n}", CellRun(n + 1, []))])))
+        store.append(assistant_message(f"Run {n} converges after {n + 3} epochs."))
+    store.append(user_message("ok, carry on"))
+    assert asyncio.run(engine.compact(Trigger.USER)).outcome == "completed"
+    (entry,) = capsules(store)
+    items = entry.data["state"]["cellsRun"]
+    assert items[0] == ("runs.ipynb cell run0: ran [1] ok; figure 800×600 seen (to see again: notebook_read cell run0 "
+                        "include_images) — the model said: \"Run 0 converges after 3 epochs.\"")
+    covered = [item.split(":", 1)[0] for item in items]  # the runs the capsule summarized (the tail keeps the rest)
+    assert len(covered) >= 4 and covered == [f"runs.ipynb cell run{n}" for n in range(len(covered))]
+    sent = "\n".join(str(m.get("content")) for m in engine.model_messages())
+    assert f"notebook_read cell run{len(covered) - 1} include_images" in sent  # the capsule the model reads says it

@@ -76,3 +76,5 @@ def test_a_run_cell_showing_a_dataframe_gives_its_dtypes_and_saves_them_in_its_o
     saved = nbformat.read(tmp_path / "t.ipynb", as_version=4).cells[0].outputs[0]
     assert saved.metadata["soba"]["table"] == {"shape": [10_000, 2], "dtypes": [["price", "float64"], ["n", "int64"]]}
     assert nbformat.validate(nbformat.read(tmp_path / "t.ipynb", as_version=4)) is None
+    again = run("notebook_read", {"path": "t.ipynb"}, ctx).content  # a later read shows them too
+    assert "[result] [table 10,000 rows × 2 columns] dtypes: price float64, n int64\n" in again, again
