@@ -36,7 +36,9 @@ def _project(tmp_path: Path, fake_server: FakeServer, vision: str) -> Path:
     nb = nbformat.v4.new_notebook()
     cell = nbformat.v4.new_code_cell(FIGURE)
     cell["id"] = "plot"
-    nb.cells = [cell]
+    frame = nbformat.v4.new_code_cell("prices = pd.DataFrame({'price': [1.5, 2.5, 4.0], 'n': [1, 2, 3]})\nprices")
+    frame["id"] = "frame"
+    nb.cells = [cell, frame]
     nbformat.write(nb, project / "work.ipynb")
     return project
 
@@ -72,9 +74,14 @@ def test_a_run_cell_gives_text_a_table_summary_and_its_figure_as_an_image(start:
     assert status == "ok", text
     message = _run_entry(project)
     content = str(message["content"])
-    assert "ran 1 cell of work.ipynb" in content and "[stdout]\ndrawing" in content, content
+    assert "ran 2 cells of work.ipynb" in content and "[stdout]\ndrawing" in content, content
     assert "[table 10 rows × 2 columns]\ndtypes: a int64, b int64\n   a   b\n0  0   0" in content, content
     assert "<table" not in content, content
+    # a trailing expression's frame too, and the facts are saved with the output for a later read
+    frame_block = content.split("## cell frame · ", 1)[1]
+    assert "]\n[table 3 rows × 2 columns]\ndtypes: price float64, n int64\n   price  n\n" in frame_block, content
+    saved = nbformat.read(project / "work.ipynb", as_version=4).cells[1].outputs[0]
+    assert saved.metadata["soba"]["table"]["shape"] == [3, 2]
     (image,) = message["attachments"]
     assert (image["mime"], image["width"], image["height"], image["cellId"]) == ("image/png", 100, 75, "plot")
     assert "[image image/png 100×75 from cell plot" in content, content
