@@ -78,7 +78,9 @@ def make_provider(model_config: ModelConfig | Mapping[str, Any], *,
     if isinstance(model_config, ModelConfig):
         return _build(model_config, model_config.context_window, transport)
     block = model_config
-    config = read_model_block(block, source="make_provider")
+    # a block that names no provider has always meant the OpenAI-compatible wire (a config file's
+    # default is the offline model: that is ModelConfig's)
+    config = read_model_block({"provider": "openai", **block}, source="make_provider")
     if "model" not in block and _canonical_name(config.provider) != "scripted":
         raise ConfigError(f"model.model is required for provider {config.provider!r}", key="model.model")
     return _build(config, config.context_window if "contextWindow" in block else None, transport)

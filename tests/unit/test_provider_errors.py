@@ -510,6 +510,11 @@ def test_the_typed_model_config_builds_the_provider_its_block_describes(tmp_path
         ("llama.cpp · m @ http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", 40_960, "json", 2.5)}
 
 
+def test_a_model_block_without_a_provider_is_the_openai_compatible_wire() -> None:
+    provider = make_provider({"model": "gpt-4o-mini"})
+    assert isinstance(provider, OpenAIChatProvider) and provider.base_url == "https://api.openai.com/v1"
+
+
 def test_unknown_provider_is_a_config_error_naming_value_and_choices() -> None:
     with pytest.raises(ConfigError, match=r"'gemini'.*anthropic, openai, openrouter, ollama") as info:
         make_provider({"provider": "gemini", "model": "m"})
