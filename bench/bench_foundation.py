@@ -68,7 +68,7 @@ def bench_budget(tmp: Path) -> None:
     counter = TokenCounter("gpt-4o")
     for n in (1_000, 10_000, 100_000):
         store = generate_session(tmp / f"b{n}", n)
-        tracker = BudgetTracker(store, counter, context_window=10**9, hard=10**9, soft=10**9 - 1)
+        tracker = BudgetTracker(store, counter, context_window=10**9, hard_limit=10**9, soft_limit=10**9 - 1)
         tracker.check()  # first check counts the history once
         samples = []
         for i in range(200):

@@ -245,7 +245,7 @@ def measure_replay(source: Sequence[Entry], result: SimulationResult,
                                     dropped={str(k): int(v) for k, v in dict(by_field).items()}))
     wasted = [r for r in flight if r.get("kind") == "compaction" and r.get("generated")
               and r.get("outcome") != "completed"]
-    tokens = sum(int(str(r.get("summaryInputTokens") or 0)) + int(str(r.get("summaryOutputTokens") or 0))
+    tokens = sum(int(str(r.get("summary_input_tokens") or 0)) + int(str(r.get("summary_output_tokens") or 0))
                  for r in wasted)
     seconds = sum(int(str(r.get("duration_ms") or 0)) for r in wasted) / 1000
     return tuple(scores), len(wasted), tokens, seconds

@@ -1,6 +1,7 @@
 // soba_notebook budget widget: an anywidget ES module (no imports, no network).
 //
-// Renders the synced `state` trait (soba_notebook.notebook.display.BudgetState.snapshot):
+// Renders the synced `state` trait (soba_notebook.notebook.display.BudgetState.snapshot), whose
+// figures carry the engine's BudgetSnapshot names (effective, hard_limit, soft_limit, context_window):
 // effective tokens against the hard limit with the soft threshold marked, the measurement
 // source, live compaction progress, the persistent last-compaction line and a sparkline of
 // effective tokens per inference. All words come from Python (progress_text, last_compaction.text)
@@ -145,7 +146,7 @@ function build(root) {
 
 function drawSpark(ui, s) {
   const points = Array.isArray(s.history) ? s.history.filter((p) => isNum(p.effective)) : [];
-  const top = Math.max(1, isNum(s.hard) ? s.hard : 0, ...points.map((p) => p.effective));
+  const top = Math.max(1, isNum(s.hard_limit) ? s.hard_limit : 0, ...points.map((p) => p.effective));
   const y = (v) => SPARK_H - 1 - (clampPct((100 * v) / top) / 100) * (SPARK_H - 2);
   const level = (line, v) => {
     if (!isNum(v)) {
@@ -157,8 +158,8 @@ function drawSpark(ui, s) {
       line.setAttribute(k, val.toFixed(1));
     }
   };
-  level(ui.sparkHard, s.hard);
-  level(ui.sparkSoft, s.soft);
+  level(ui.sparkHard, s.hard_limit);
+  level(ui.sparkSoft, s.soft_limit);
   ui.footer.hidden = points.length === 0;
   if (points.length === 0) {
     ui.sparkLine.setAttribute("points", "");
@@ -209,9 +210,9 @@ function update(ui, s) {
   const progress = isNum(s.progress) ? Math.floor(clampPct(s.progress)) : 0;
   const d = ui.box.dataset;
   d.effective = attr(s.effective);
-  d.hard = attr(s.hard);
-  d.soft = attr(s.soft);
-  d.window = attr(s.window);
+  d.hard = attr(s.hard_limit);
+  d.soft = attr(s.soft_limit);
+  d.window = attr(s.context_window);
   d.source = attr(s.source);
   d.request = attr(s.request);
   d.zone = attr(s.zone || "unknown");
@@ -233,21 +234,23 @@ function update(ui, s) {
     : s.source === "provider_usage" ? "provider-reported usage plus an estimate of what was appended" : "";
 
   ui.effective.textContent = fmt(s.effective);
-  ui.hard.textContent = fmt(s.hard);
+  ui.hard.textContent = fmt(s.hard_limit);
   ui.usage.textContent = isNum(s.usage_percent) ? ` (${s.usage_percent.toFixed(1)}%)` : "";
   ui.request.textContent = s.request_words ? ` · ${s.request_words}` : "";
-  const limitParts = [`soft ${fmt(s.soft)}`];
-  if (isNum(s.window)) limitParts.push(`window ${fmt(s.window)}`);
+  const limitParts = [`soft ${fmt(s.soft_limit)}`];
+  if (isNum(s.context_window)) limitParts.push(`window ${fmt(s.context_window)}`);
   ui.limits.textContent = ` · ${limitParts.join(" · ")}`;
 
-  const usedPct = isNum(s.effective) && isNum(s.hard) && s.hard > 0 ? (100 * s.effective) / s.hard : 0;
+  const usedPct = isNum(s.effective) && isNum(s.hard_limit) && s.hard_limit > 0
+    ? (100 * s.effective) / s.hard_limit
+    : 0;
   ui.fill.style.width = `${clampPct(usedPct).toFixed(2)}%`;
   ui.bar.setAttribute("aria-valuenow", attr(s.effective));
-  ui.bar.setAttribute("aria-valuemax", attr(s.hard));
-  if (isNum(s.soft) && isNum(s.hard) && s.hard > 0) {
+  ui.bar.setAttribute("aria-valuemax", attr(s.hard_limit));
+  if (isNum(s.soft_limit) && isNum(s.hard_limit) && s.hard_limit > 0) {
     ui.softMark.style.display = "";
-    ui.softMark.style.left = `${clampPct((100 * s.soft) / s.hard).toFixed(2)}%`;
-    ui.softMark.title = `soft limit ${fmt(s.soft)}`;
+    ui.softMark.style.left = `${clampPct((100 * s.soft_limit) / s.hard_limit).toFixed(2)}%`;
+    ui.softMark.title = `soft limit ${fmt(s.soft_limit)}`;
   } else {
     ui.softMark.style.display = "none";
   }

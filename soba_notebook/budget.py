@@ -71,14 +71,14 @@ class BudgetTracker:
     rendering belongs to the compaction layer above).
     """
 
-    def __init__(self, store: SessionStore, counter: TokenCounter, *, context_window: int, hard: int, soft: int,
-                 base_tokens: int = 0, capsule_tokens: Callable[[Entry], int] | None = None,
+    def __init__(self, store: SessionStore, counter: TokenCounter, *, context_window: int, hard_limit: int,
+                 soft_limit: int, base_tokens: int = 0, capsule_tokens: Callable[[Entry], int] | None = None,
                  inputs: ModelInputBuilder | None = None) -> None:
         self.store = store
         self.counter = counter
         self.context_window = context_window
-        self.hard = hard
-        self.soft = soft
+        self.hard_limit = hard_limit
+        self.soft_limit = soft_limit
         self.base_tokens = base_tokens
         self.inputs = inputs if inputs is not None else ModelInputBuilder(store)
         self._capsule_tokens = capsule_tokens or (lambda e: counter.count_text(str(capsule_data(e).get("state", ""))))
@@ -199,7 +199,7 @@ class BudgetTracker:
                 # counted twice, an over-estimate that keeps the request under the hard limit
                 effective = usage.prompt_tokens + self.counter.calibrated(appended) + self._images()
                 source = "provider_usage"
-        return BudgetCheck(effective, self.hard, self.soft, self.context_window, source, estimate,
+        return BudgetCheck(effective, self.hard_limit, self.soft_limit, self.context_window, source, estimate,
                            self.context_key, self.store.leaf_id)
 
     def usage_span(self) -> tuple[list[Entry], int] | None:

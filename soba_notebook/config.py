@@ -54,6 +54,7 @@ __all__ = [
     "config_edit",
     "load_config",
     "project_trust",
+    "read_model_block",
 ]
 
 
@@ -297,10 +298,10 @@ def _known(section: str) -> dict[str, str]:
     return {_camel(f.name): f.name for f in fields(_SECTIONS[section])}
 
 
-def _warn_unknown(source: str, key: str, candidates: list[str]) -> None:
+def _warn_unknown(source: str, key: str, candidates: list[str], stacklevel: int = 4) -> None:
     near = difflib.get_close_matches(key.split(".")[-1], candidates, n=1, cutoff=0.5)
     hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(sorted(candidates))}"
-    warnings.warn(f"{source}: unknown config key {key!r} is ignored{hint}", ConfigWarning, stacklevel=4)
+    warnings.warn(f"{source}: unknown config key {key!r} is ignored{hint}", ConfigWarning, stacklevel=stacklevel)
 
 
 #: choice keys where ``true`` / ``false`` stand for one of the choices
@@ -405,6 +406,48 @@ def _workspace(source: str, dotted: str, value: str, base: Path | None) -> str:
     return expanded
 
 
+def _section_changes(section: str, values: Mapping[str, Any], source: str, *, project_layer: bool = False,
+                     base: Path | None = None) -> dict[str, Any]:
+    """One section's settings from a layer, checked: field name -> value (the one place a setting's
+    file spelling is read and its value validated)."""
+    known = _known(section)
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        dotted = f"{section}.{key}"
+        if key not in known and (key.lower() in _SECRET_KEYS
+                                 or key.lower().endswith(("apikey", "api_key", "secret", "password"))):
+            raise ConfigError(f"{source}: {dotted} looks like a secret; API keys are read only from the "
+                              f"environment: set model.apiKeyEnv to the variable's name instead",
+                              source=source, key=dotted)
+        name = known.get(key) or (key if key in known.values() else None)
+        if name is None:
+            _warn_unknown(source, dotted, list(known), stacklevel=5)
+            continue
+        if name == "allow_broad_workspace" and project_layer:
+            warnings.warn(f"{source}: {dotted} is ignored here: a project's own config cannot widen the "
+                          f"workspace; set it in ~/.soba/config.json", ConfigWarning, stacklevel=4)
+            continue
+        spec = _FIELDS[section][name]
+        changes[name] = _check_value(source, dotted, name, value, spec.default, spec.metadata.get("bounds"),
+                                     spec.metadata.get("choices"))
+        if section == "tools" and name == "workspace":
+            changes[name] = _workspace(source, dotted, changes[name], base)
+        if section == "tools" and name == "sandbox" and value == "bwrap" and shutil.which("bwrap") is None:
+            raise ConfigError(f'{source}: {dotted} is "bwrap" but bwrap is not installed (not on PATH): '
+                              f"apt-get install bubblewrap, or set it to \"none\" to run shell commands "
+                              f"unsandboxed", source=source, key=dotted, value=value)
+    return changes
+
+
+def read_model_block(block: Mapping[str, Any], source: str = "model block") -> ModelConfig:
+    """A ``model`` block (the file's camelCase keys) as a :class:`ModelConfig`, checked as
+    :func:`load_config` checks it; keys it does not name keep their defaults."""
+    if not isinstance(block, Mapping):
+        raise ConfigError(f"{source}: model must be an object of settings, got {block!r}", source=source,
+                          key="model", value=block)
+    return replace(ModelConfig(), **_section_changes("model", block, source))
+
+
 def _merge(config: SobaConfig, layer: Mapping[str, Any], source: str, *, project_layer: bool = False,
            base: Path | None = None) -> SobaConfig:
     if not isinstance(layer, Mapping):
@@ -425,33 +468,8 @@ def _merge(config: SobaConfig, layer: Mapping[str, Any], source: str, *, project
         if not isinstance(values, Mapping):
             raise ConfigError(f"{source}: {section} must be an object of settings, got {values!r}",
                               source=source, key=section, value=values)
-        known = _known(section)
-        changes: dict[str, Any] = {}
-        for key, value in values.items():
-            dotted = f"{section}.{key}"
-            if key not in known and (key.lower() in _SECRET_KEYS
-                                     or key.lower().endswith(("apikey", "api_key", "secret", "password"))):
-                raise ConfigError(f"{source}: {dotted} looks like a secret; API keys are read only from the "
-                                  f"environment: set model.apiKeyEnv to the variable's name instead",
-                                  source=source, key=dotted)
-            name = known.get(key) or (key if key in known.values() else None)
-            if name is None:
-                _warn_unknown(source, dotted, list(known))
-                continue
-            if name == "allow_broad_workspace" and project_layer:
-                warnings.warn(f"{source}: {dotted} is ignored here: a project's own config cannot widen the "
-                              f"workspace; set it in ~/.soba/config.json", ConfigWarning, stacklevel=3)
-                continue
-            spec = _FIELDS[section][name]
-            changes[name] = _check_value(source, dotted, name, value, spec.default, spec.metadata.get("bounds"),
-                                         spec.metadata.get("choices"))
-            if section == "tools" and name == "workspace":
-                changes[name] = _workspace(source, dotted, changes[name], base)
-            if section == "tools" and name == "sandbox" and value == "bwrap" and shutil.which("bwrap") is None:
-                raise ConfigError(f'{source}: {dotted} is "bwrap" but bwrap is not installed (not on PATH): '
-                                  f"apt-get install bubblewrap, or set it to \"none\" to run shell commands "
-                                  f"unsandboxed", source=source, key=dotted, value=value)
-            sources[f"{section}.{_camel(name)}"] = source
+        changes = _section_changes(section, values, source, project_layer=project_layer, base=base)
+        sources.update({f"{section}.{_camel(name)}": source for name in changes})
         sections[section] = replace(sections[section], **changes)
     merged = SobaConfig(**sections, mcp_servers=tuple(servers.values()), sources=sources)
     _check_consistency(merged)

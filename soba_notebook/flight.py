@@ -4,6 +4,13 @@
 ids, triggers, limits, outcomes, durations and token figures; never summary text, never a
 secret (every string passes through the one scrubber, :mod:`.scrub`). Records are written
 with one ``write`` under an exclusive lock, like the session store.
+
+One spelling per layer: Python hands the recorder snake_case fields (``hard_limit``, the
+``budget`` event's names) and the file holds camelCase (``hardLimit``), as the seed's files and
+the transcript do (:func:`camel_fields`). :func:`read_flight_records` gives them back in
+snake_case (:func:`snake_fields`), and it is the ONE reader of older files: those spelled some
+fields in snake_case (``hard_limit``, ``tokens_before``), some in camelCase, and one under an
+older name (``effectiveTokens``); every spelling reads as the same field.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from .scrub import Scrubber
 from .session.entries import now_iso
 from .statefiles import open_state_file
 
-__all__ = ["FORBIDDEN_FIELDS", "FlightRecorder", "read_flight_records", "snake_fields"]
+__all__ = ["FORBIDDEN_FIELDS", "FlightRecorder", "camel_fields", "read_flight_records", "snake_fields"]
 
 #: Fields that would leak what a capsule says; a record carrying one is refused.
 FORBIDDEN_FIELDS = frozenset({"summary", "state", "text", "content", "capsule", "rendered", "prompt"})
@@ -39,11 +46,12 @@ class FlightRecorder:
         self._failed = False
 
     def record(self, kind: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-        leaked = FORBIDDEN_FIELDS.intersection(fields)
+        """Append one record (``fields`` in Python's snake_case); returns it as written (camelCase)."""
+        leaked = FORBIDDEN_FIELDS.intersection(snake_fields(fields))
         if leaked:
             raise ValueError(f"flight records never hold summary contents; refusing fields {sorted(leaked)}")
         rec: dict[str, Any] = {"kind": kind, "ts": now_iso(), "sessionId": self.session_id,
-                               **Scrubber.from_environ().json(dict(fields))}
+                               **camel_fields(Scrubber.from_environ().json(dict(fields)))}
         line = (json.dumps(rec, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
             try:
@@ -72,7 +80,8 @@ class FlightRecorder:
 
 
 def read_flight_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """All complete records in ``path``; a torn or corrupt line is skipped with a warning."""
+    """All complete records in ``path``, their fields in snake_case whichever spelling the file
+    used (:func:`snake_fields`); a torn or corrupt line is skipped with a warning."""
     out: list[dict[str, Any]] = []
     path = Path(path)
     try:
@@ -89,25 +98,33 @@ def read_flight_records(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
             warnings.warn(f"{path}:{n}: not valid JSON; flight record skipped", RuntimeWarning, stacklevel=2)
             continue
         if isinstance(rec, dict):
-            out.append(rec)
+            out.append(snake_fields(rec))
     return out
 
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
+_SNAKE = re.compile(r"_([a-z0-9])")
 #: Names an older writer used for a field that now has another (read as the new one).
 _RENAMED = {"effective_tokens": "effective"}
 
 
-def snake_fields(record: Mapping[str, Any]) -> dict[str, Any]:
-    """``record``'s top-level fields under their snake_case names, the one spelling Python reads.
+def camel_fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record``'s fields (and those of nested objects) under their camelCase names, the file's spelling."""
+    return {_SNAKE.sub(lambda m: m[1].upper(), str(key)): camel_fields(value) if isinstance(value, Mapping) else value
+            for key, value in record.items()}
 
-    Records on disk spell some fields in camelCase (``sessionId``, ``hardLimit``) and, in older
-    files, some of the same fields in snake_case too; a reader converts each record here, once,
-    and where both spellings are present the first one that holds a value wins."""
+
+def snake_fields(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record``'s fields (and those of nested objects) under their snake_case names, the one
+    spelling Python reads.
+
+    Records on disk spell their fields in camelCase (``sessionId``, ``hardLimit``); older files
+    spell some of the same fields in snake_case too, and where both spellings are present the
+    first one that holds a value wins."""
     out: dict[str, Any] = {}
     for key, value in record.items():
         name = _CAMEL.sub(r"_\1", str(key)).lower()
         name = _RENAMED.get(name, name)
         if out.get(name) is None:
-            out[name] = value
+            out[name] = snake_fields(value) if isinstance(value, Mapping) else value
     return out

@@ -75,10 +75,10 @@ class Cost:
         return format_usd(self.usd)
 
     def to_record(self, prefix: str) -> dict[str, Any]:
-        """Flat fields for a flight record: ``<prefix>Usd`` (a number; ``None`` when unknown),
-        ``<prefix>Status`` and ``<prefix>Reason``."""
-        return {f"{prefix}Usd": None if self.usd is None else float(self.usd), f"{prefix}Status": self.status,
-                f"{prefix}Reason": self.reason}
+        """Flat fields for a flight record: ``<prefix>_usd`` (a number; ``None`` when unknown),
+        ``<prefix>_status`` and ``<prefix>_reason``."""
+        return {f"{prefix}_usd": None if self.usd is None else float(self.usd), f"{prefix}_status": self.status,
+                f"{prefix}_reason": self.reason}
 
     def to_json(self) -> dict[str, Any]:
         """For events and flight records: dollars as a decimal string (exact), status, reason."""

@@ -79,6 +79,6 @@ class ExactCounts:
                 self.counter.observe_usage(raw, exact, whole=True)
             self.tracker.anchor = (exact, raw)
         if self.flight is not None:
-            self.flight.record("exact_count", {"when": when, "outcome": outcome, "serverTokens": exact,
-                                               "estimate": estimate, "contextKey": self.tracker.context_key})
+            self.flight.record("exact_count", {"when": when, "outcome": outcome, "server_tokens": exact,
+                                               "estimate": estimate, "context_key": self.tracker.context_key})
         return exact

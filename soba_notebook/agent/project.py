@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +70,6 @@ class AgentHandle:
     def close(self) -> None:
         """Give up the session's writer lease (another kernel may then resume it)."""
         self.agent.store.release()
-
-
-def _model_block(config: SobaConfig) -> dict[str, Any]:
-    m = config.model
-    return {"provider": m.provider, "model": m.model, "baseUrl": m.base_url, "apiKeyEnv": m.api_key_env,
-            "contextWindow": m.context_window, "stream": m.stream, "requestTimeoutMs": m.request_timeout_ms,
-            "idleTimeoutMs": m.idle_timeout_ms, "toolProtocol": m.tool_protocol}
 
 
 def open_agent(project_dir: str | os.PathLike[str] | None = None, *, config: SobaConfig | None = None,
@@ -137,10 +130,10 @@ class _KernelSide:
 
 def _agent_on(store: SessionStore, paths: ProjectPaths, config: SobaConfig, provider: Provider | None,
               bus: EventBus | None, tools: ToolRegistry | None, kernel: _KernelSide) -> AgentHandle:
-    provider = provider or make_provider(_model_block(config))
+    provider = provider or make_provider(config.model)
     summary_provider = None
     if config.model.compaction_model and config.model.provider != "scripted":
-        summary_provider = make_provider({**_model_block(config), "model": config.model.compaction_model})
+        summary_provider = make_provider(replace(config.model, model=config.model.compaction_model))
     workspace = Path(config.tools.workspace)
     if not workspace.is_absolute():
         workspace = paths.root / workspace

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from ..events import EventBus
 from ..pricing import Cost, CostLedger, entry_cost, price_usage, stamp_time
-from ..providers.base import Provider
+from ..providers.capabilities import CapableProvider
 from ..session.entries import Entry, Usage
 from ..session.payloads import CostPayload
 from ..session.store import SessionStore
@@ -23,10 +23,9 @@ from ..session.store import SessionStore
 __all__ = ["SpendMeter", "provider_base_url"]
 
 
-def provider_base_url(provider: Provider) -> str | None:
-    """Where a provider sends requests: a remote wire's ``base_url``; the scripted model has none."""
-    value = getattr(provider, "base_url", None)
-    return value if isinstance(value, str) and value else None
+def provider_base_url(provider: CapableProvider) -> str | None:
+    """Where a provider sends requests: a remote wire's declared ``base_url``; the scripted model has none."""
+    return provider.base_url or None
 
 
 def _assistant_messages(store: SessionStore) -> Iterator[tuple[Mapping[str, Any], datetime | None]]:
@@ -55,7 +54,7 @@ class SpendMeter:
             self.ledger.add_request(cost)
             self._emit()
 
-    def summary(self, provider: Provider, model: str, usage: Usage | None) -> None:
+    def summary(self, provider: CapableProvider, model: str, usage: Usage | None) -> None:
         """A compaction's summary request (``usage``: what the provider reported, if anything)."""
         if usage is None:
             cost = Cost.none() if provider.offline else Cost("unknown", None, "the provider reported no usage")

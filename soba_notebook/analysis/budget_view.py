@@ -16,12 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
 from ..config import SobaConfig, load_config
-from ..flight import snake_fields
 from ..session.context import first_kept_index
 from ..session.entries import Entry
 from ..tokens import REPLY_PRIMING
@@ -61,9 +60,9 @@ class _Row:
     effective: int | None = None
     after: int | None = None
     estimated: int | None = None
-    hard: int | None = None
-    soft: int | None = None
-    window: int | None = None
+    hard_limit: int | None = None
+    soft_limit: int | None = None
+    context_window: int | None = None
     source: str | None = None
     origin: str = "session"
     trigger: str | None = None
@@ -76,12 +75,26 @@ def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+#: The limits a budget or compaction record carries, by the names every layer in Python uses.
+_LIMITS = ("hard_limit", "soft_limit", "context_window")
+
+
+class _LimitFields(TypedDict):
+    hard_limit: int | None
+    soft_limit: int | None
+    context_window: int | None
+
+
+def _limits(rec: Mapping[str, Any]) -> _LimitFields:
+    return _LimitFields(hard_limit=_int(rec.get("hard_limit")), soft_limit=_int(rec.get("soft_limit")),
+                        context_window=_int(rec.get("context_window")))
+
+
 def _from_flight(records: Sequence[Mapping[str, Any]]) -> list[_Row]:
     """One row per inference from the barrier's records; a preflight compaction joins the row of
     the inference it ran before (its 'after' budget record becomes ``tokens_after``)."""
     rows: list[_Row] = []
     awaiting_after = False
-    records = [snake_fields(rec) for rec in records]  # one spelling, whichever a file's records used
     for rec in records:
         kind = rec.get("kind")
         if kind == "budget" and rec.get("request") == "next":
@@ -95,10 +108,7 @@ def _from_flight(records: Sequence[Mapping[str, Any]]) -> list[_Row]:
                 continue
             awaiting_after = False
             rows.append(_Row("inference", ts=rec.get("ts"), effective=effective, after=effective,
-                             estimated=_int(rec.get("estimated")),
-                             hard=_int(rec.get("hard_limit")),
-                             soft=_int(rec.get("soft_limit")),
-                             window=_int(rec.get("context_window")),
+                             estimated=_int(rec.get("estimated")), **_limits(rec),
                              source=rec.get("source"), origin="flight", turn_inference=turn_inference))
         elif kind == "compaction":
             trigger = rec.get("trigger")
@@ -113,19 +123,15 @@ def _from_flight(records: Sequence[Mapping[str, Any]]) -> list[_Row]:
             else:  # %compact, overflow recovery: an event of its own between inferences
                 rows.append(_Row("compaction", ts=rec.get("ts"),
                                  effective=_int(rec.get("tokens_before")),
-                                 after=_int(rec.get("tokens_after")),
-                                 hard=_int(rec.get("hard_limit")),
-                                 soft=_int(rec.get("soft_limit")),
-                                 window=_int(rec.get("context_window")),
+                                 after=_int(rec.get("tokens_after")), **_limits(rec),
                                  source=rec.get("source"), origin="flight", trigger=trigger, outcome=outcome,
                                  checkpoint=checkpoint))
                 awaiting_after = False
     if records and records[-1].get("kind") == "budget" and records[-1].get("request") == "next":
         rec = records[-1]
         effective = _int(rec.get("effective"))
-        rows.append(_Row("next_request", ts=rec.get("ts"), effective=effective, after=effective,
-                         hard=_int(rec.get("hard_limit")), soft=_int(rec.get("soft_limit")),
-                         window=_int(rec.get("context_window")), source=rec.get("source"), origin="flight"))
+        rows.append(_Row("next_request", ts=rec.get("ts"), effective=effective, after=effective, **_limits(rec),
+                         source=rec.get("source"), origin="flight"))
     return rows
 
 
@@ -140,7 +146,8 @@ def _from_session(snap: Snapshot, config: SobaConfig) -> list[_Row]:
     """One row per assistant reply on the path: the request that produced it."""
     counter = counter_for(snap.model(), snap.id)
     count = counter.count_entry
-    hard, soft, window = config.hard_limit, config.soft_limit, config.model.context_window
+    limits = _LimitFields(hard_limit=config.hard_limit, soft_limit=config.soft_limit,
+                          context_window=config.model.context_window)
     rows: list[_Row] = []
     path = snap.path
     cum = 0  # tokens of path[0:i]
@@ -165,7 +172,7 @@ def _from_session(snap: Snapshot, config: SobaConfig) -> list[_Row]:
             else:
                 sent, source = estimate, "estimated"
             row = _Row("inference", entry_id=entry.id, ts=entry.ts, effective=sent, after=sent, estimated=estimate,
-                       hard=hard, soft=soft, window=window, source=source)
+                       source=source, **limits)
             if pending is not None:
                 d = pending.data
                 row.trigger, row.outcome = d.get("trigger"), "completed"
@@ -223,9 +230,7 @@ def budget_history(session: SessionLike, config: SobaConfig | None = None) -> pd
         "effective_tokens": int64(r.effective for r in rows),
         "tokens_after": int64(r.after for r in rows),
         "estimated_tokens": int64(r.estimated for r in rows),
-        "hard_limit": int64(r.hard for r in rows),
-        "soft_limit": int64(r.soft for r in rows),
-        "context_window": int64(r.window for r in rows),
+        **{name: int64(getattr(r, name) for r in rows) for name in _LIMITS},
         "source": categorical((r.source for r in rows), SOURCE_CATEGORIES),
         "origin": categorical((r.origin for r in rows), ("flight", "session")),
         "compaction_trigger": categorical((r.trigger for r in rows), TRIGGER_CATEGORIES),

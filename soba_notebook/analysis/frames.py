@@ -8,7 +8,6 @@ returns columns with stable names and dtypes (listed in each docstring).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -268,7 +267,6 @@ def _call_words(call: Mapping[str, Any]) -> str:
 
 
 # -- flight records -------------------------------------------------------------------------------
-_CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
 _CATEGORY_FIELDS = {"kind", "trigger", "outcome", "quality", "source", "summary_cost_status"}
 #: Fields of the records the engine writes (budget checks, compactions), always present as columns.
 FLIGHT_COLUMNS = ("kind", "ts", "session_id", "inference", "effective", "hard_limit", "soft_limit", "context_window",
@@ -285,17 +283,15 @@ _FLOAT_FIELDS = {"reclaimed_percent", "summary_cost_usd"}
 _STRING_FIELDS = {"session_id", "operation_id", "reason", "checkpoint_id"}
 
 
-def _snake(key: str) -> str:
-    return _CAMEL.sub(r"_\1", key).lower()
-
-
 def _flatten(record: Mapping[str, Any], prefix: str = "", out: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A record as read (:func:`~soba_notebook.flight.read_flight_records`: snake_case already),
+    its nested objects' fields as ``outer.inner`` columns."""
     out = {} if out is None else out
     for key, value in record.items():
-        name = prefix + _snake(str(key))
+        name = prefix + str(key)
         if isinstance(value, Mapping) and value:
             _flatten(value, name + ".", out)
-        elif out.get(name) is None:  # camelCase and snake_case spellings of one field merge
+        else:
             out[name] = value
     return out
 
@@ -356,14 +352,14 @@ def _records_frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 def session_flight_records(store: SessionStore) -> list[dict[str, Any]]:
     """The records of ``store``'s project flight file that belong to this session.
 
-    A record belongs to the session when its ``sessionId`` is the session's id, or when it has no
-    ``sessionId`` at all (a recorder created without one).
+    A record belongs to the session when its ``session_id`` is the session's id, or when it has no
+    ``session_id`` at all (a recorder created without one).
     """
     file = find_flight_file(store)
     if file is None:
         return []
     sid = store.id
-    return [r for r in read_flight_records(file) if r.get("sessionId") in (sid, None)]
+    return [r for r in read_flight_records(file) if r.get("session_id") in (sid, None)]
 
 
 def _looks_like_flight_file(file: Path) -> bool:
@@ -405,9 +401,9 @@ def flight_records(path_or_session: SessionLike) -> pd.DataFrame:
     ``df[df.generated.fillna(False) & (df.outcome == "skipped")]``, and their rate among soft
     summaries is that count over ``df.generated.fillna(False) & df.trigger.isin(["milestone",
     "plan_pivot", "turn_complete", "auto_threshold"])``.
-    camelCase names become snake_case (``hardLimit`` -> ``hard_limit``, merged with the
-    snake_case spelling) and nested objects are flattened with dots. An extra field whose values
-    are all whole numbers is ``Int64``, all booleans ``boolean``, all text ``string``.
+    Fields read in snake_case whichever spelling the file used (``hardLimit`` -> ``hard_limit``:
+    :func:`~soba_notebook.flight.read_flight_records`) and nested objects are flattened with dots.
+    An extra field whose values are all whole numbers is ``Int64``, all booleans ``boolean``, all text ``string``.
     """
     if isinstance(path_or_session, SessionStore):
         return _records_frame(session_flight_records(path_or_session))
@@ -480,8 +476,8 @@ def capsules(session: SessionLike) -> pd.DataFrame:
     for record in session_flight_records(snap.store):
         if record.get("kind") != "compaction":
             continue
-        op = record.get("operation_id", record.get("operationId"))
-        ms = _int_or_none(record.get("duration_ms", record.get("durationMs")))
+        op = record.get("operation_id")
+        ms = _int_or_none(record.get("duration_ms"))
         if isinstance(op, str) and ms is not None:
             durations[op] = ms
     on_path = {e.id for e in snap.path}

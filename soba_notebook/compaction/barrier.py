@@ -105,7 +105,8 @@ class CompactionEngine:
         #: the model input of the leaf, maintained as entries are appended (never a whole-path walk)
         self.inputs = ModelInputBuilder(store, count=lambda e: self.counter.count_entry(e))
         self.tracker = BudgetTracker(store, counter, context_window=config.model.context_window,
-                                     hard=config.hard_limit, soft=config.soft_limit, base_tokens=base_tokens,
+                                     hard_limit=config.hard_limit, soft_limit=config.soft_limit,
+                                     base_tokens=base_tokens,
                                      capsule_tokens=self.capsule_tokens, inputs=self.inputs)
         self.last_outcome: CompactionOutcome | None = None
         #: what every display reads (compaction/snapshot.py): published here, on the engine's thread
@@ -133,7 +134,7 @@ class CompactionEngine:
         self.owner.check("set_config")
         self.config = config
         self._soft_retry_at = None  # computed from the old ROI minimums
-        self.tracker.hard, self.tracker.soft = config.hard_limit, config.soft_limit
+        self.tracker.hard_limit, self.tracker.soft_limit = config.hard_limit, config.soft_limit
         self.tracker.context_window = config.model.context_window
 
     def capsule_tokens(self, entry: Entry) -> int:
@@ -603,7 +604,7 @@ class CompactionEngine:
             self._soft_retry_at = gate
         if self.parts.flight is not None:
             self.parts.flight.record("compaction", {**result.flight_record(op.check),
-                                                    **(spent.to_record("summaryCost") if spent is not None else {})})
+                                                    **(spent.to_record("summary_cost") if spent is not None else {})})
         self.last_outcome = result
         self.publish()  # the next request as SOBA will send it: what every display shows from now on
         return result

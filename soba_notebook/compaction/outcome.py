@@ -64,6 +64,6 @@ class CompactionOutcome:
     def flight_record(self, check: BudgetCheck) -> dict[str, Any]:
         """The ``compaction`` flight record: the outcome, the limits it ran under, what its summary
         cost and how the prediction fared; counts and figures only, never the summary's text."""
-        return {**self.to_event(), "hardLimit": check.hard_limit, "softLimit": check.soft_limit,
-                "contextWindow": check.context_window, "ungroundedClaims": self.ungrounded_claims,
-                "skippedBeforeGeneration": self.skipped_before_generation, **self.attempt.to_record()}
+        return {**self.to_event(), "hard_limit": check.hard_limit, "soft_limit": check.soft_limit,
+                "context_window": check.context_window, "ungrounded_claims": self.ungrounded_claims,
+                "skipped_before_generation": self.skipped_before_generation, **self.attempt.to_record()}

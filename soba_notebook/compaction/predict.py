@@ -110,7 +110,7 @@ class SummaryAttempt:
     output_tokens: int | None = None
 
     def to_record(self) -> dict[str, Any]:
-        return {"generated": self.generated, "predictedAfter": self.predicted_after,
-                "predictionFactor": None if self.factor is None else round(self.factor, 3),
-                "measuredAfter": self.measured_after, "summaryInputTokens": self.input_tokens,
-                "summaryOutputTokens": self.output_tokens}
+        return {"generated": self.generated, "predicted_after": self.predicted_after,
+                "prediction_factor": None if self.factor is None else round(self.factor, 3),
+                "measured_after": self.measured_after, "summary_input_tokens": self.input_tokens,
+                "summary_output_tokens": self.output_tokens}

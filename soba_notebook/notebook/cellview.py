@@ -156,7 +156,7 @@ def stopped_turn(outcome: str | None, ends: Sequence[Mapping[str, Any]] = ()) ->
 
 
 def _budget_words(snapshot: Mapping[str, Any]) -> str:
-    effective, hard = snapshot.get("effective"), snapshot.get("hard")
+    effective, hard = snapshot.get("effective"), snapshot.get("hard_limit")
     if effective is None:
         return "context not measured yet"
     words = f"context {format_tokens(effective)} / {format_tokens(hard)} tokens"
@@ -173,7 +173,7 @@ def cell_summary(snapshot: Mapping[str, Any], ends: Sequence[Mapping[str, Any]],
     ``ends`` are the ``compaction_end`` payloads seen during the cell. Completed compactions get a
     line each; skips are one dim plain-words line (the last one only: they repeat).
     """
-    hard = snapshot.get("hard")
+    hard = snapshot.get("hard_limit")
     done = [CompactionSummary.from_event(e, hard_limit=hard) for e in ends]
     notable = [c for c in done if c.outcome != "skipped"]
     skips = [c for c in done if c.outcome == "skipped"]

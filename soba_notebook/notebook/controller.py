@@ -79,6 +79,9 @@ SWITCH_WAIT_SECONDS = 30.0
 #: past that the last published snapshot is shown, so a stuck agent thread never hangs the kernel.
 BUDGET_WAIT_SECONDS = 5.0
 
+#: What ``%soba status`` shows of the engine's BudgetSnapshot, under the snapshot's own names.
+_SNAPSHOT_FIGURES = ("effective", "hard_limit", "soft_limit", "context_window", "source", "request", "request_words")
+
 
 def _clip(text: str, limit: int = 60) -> str:
     text = " ".join(text.split())
@@ -509,12 +512,9 @@ class NotebookSession:
         return {
             "session": handle.store.id, "file": str(handle.store.file), "provider": handle.agent.provider.label,
             "offline": handle.offline, "busy": self.runtime.busy, "queued": self.runtime.queued,
-            "entries": len(handle.store), "effective": snapshot.effective if snapshot else None,
-            "hard_limit": snapshot.hard_limit if snapshot else None,
-            "soft_limit": snapshot.soft_limit if snapshot else None,
-            "source": snapshot.source if snapshot else None, "measured": measured,
-            "request": snapshot.request if snapshot else None,
-            "request_words": snapshot.request_words if snapshot else None,
+            "entries": len(handle.store), "measured": measured,
+            # the published snapshot's figures, under its own names
+            **{name: getattr(snapshot, name) if snapshot else None for name in _SNAPSHOT_FIGURES},
             "auto_compact": handle.agent.config.compaction.auto,
             "pending_intents": list(snapshot.pending_intents) if snapshot else [],
             "active_skills": list(handle.agent.skills.active()),

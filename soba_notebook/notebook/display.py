@@ -205,7 +205,8 @@ class BudgetState:
 
     ``apply`` takes every event type and ignores the ones it has no use for. The state it keeps:
 
-    * the latest measurement — effective, hard, soft, window, source, inference, and which request
+    * the latest measurement — ``effective``, ``hard_limit``, ``soft_limit``, ``context_window`` (the
+      names of :class:`~soba_notebook.compaction.snapshot.BudgetSnapshot`), source, inference, and which request
       it measures (``request``: ``sent`` or ``next``; ``request_words`` says it as every display does);
     * ``phase``: ``idle``, ``compacting``, or the outcome of the compaction that just ended (it
       returns to ``idle`` at the next ``turn_start``);
@@ -229,9 +230,9 @@ class BudgetState:
         self._history: deque[BudgetPoint] = deque(maxlen=history_limit)
         self.session_id: str | None = None
         self.effective: int | None = None
-        self.hard: int | None = None
-        self.soft: int | None = None
-        self.window: int | None = None
+        self.hard_limit: int | None = None
+        self.soft_limit: int | None = None
+        self.context_window: int | None = None
         self.source: str | None = None
         self.inference: int | None = None
         self.request: str | None = None
@@ -278,10 +279,10 @@ class BudgetState:
 
     def _on_budget(self, data: Mapping[str, Any]) -> None:
         self.session_id = _as_str(data.get("session_id")) or self.session_id
-        self._take_limits(data, hard_key="hard_limit", soft_key="soft_limit")
+        self._take_limits(data)
         window = _as_int(data.get("context_window"))
         if window is not None:
-            self.window = window
+            self.context_window = window
         self.source = _as_str(data.get("source")) or self.source
         self.request = _as_str(data.get("request")) or self.request
         inference = _as_int(data.get("inference"))
@@ -302,7 +303,7 @@ class BudgetState:
         from its capsule) and whether one was skipped since: the same lines ``%soba status`` reads."""
         if "last_compaction" in data:
             last = data["last_compaction"]
-            self.last_compaction = CompactionSummary.from_event(last, hard_limit=self.hard) \
+            self.last_compaction = CompactionSummary.from_event(last, hard_limit=self.hard_limit) \
                 if isinstance(last, Mapping) else None
         if "skipped" in data:
             skipped = data["skipped"]
@@ -316,7 +317,7 @@ class BudgetState:
         self.operation_id = _as_str(data.get("operation_id"))
         self.trigger = _as_str(data.get("trigger"))
         self.tokens_before = _as_int(data.get("tokens_before"))
-        self._take_limits(data, hard_key="hard_limit", soft_key="soft_limit")
+        self._take_limits(data)
 
     def _on_compaction_progress(self, data: Mapping[str, Any]) -> None:
         if self.phase != "compacting":
@@ -331,7 +332,7 @@ class BudgetState:
         self.waiting_for = _as_str(data.get("waiting_for"))  # each event says whether it still waits
 
     def _on_compaction_end(self, data: Mapping[str, Any]) -> None:
-        summary = CompactionSummary.from_event(data, hard_limit=self.hard)
+        summary = CompactionSummary.from_event(data, hard_limit=self.hard_limit)
         self.phase = summary.outcome if summary.outcome in OUTCOMES else "failed"
         if summary.outcome == "skipped":
             self.skip_note = skip_text(summary)
@@ -382,13 +383,13 @@ class BudgetState:
     def _clear_notice(self, data: Mapping[str, Any]) -> None:
         self.notice = None
 
-    def _take_limits(self, data: Mapping[str, Any], *, hard_key: str, soft_key: str) -> None:
-        hard = _as_int(data.get(hard_key))
-        soft = _as_int(data.get(soft_key))
+    def _take_limits(self, data: Mapping[str, Any]) -> None:
+        hard = _as_int(data.get("hard_limit"))
+        soft = _as_int(data.get("soft_limit"))
         if hard is not None:
-            self.hard = hard
+            self.hard_limit = hard
         if soft is not None:
-            self.soft = soft
+            self.soft_limit = soft
 
     # -- readers -----------------------------------------------------------------------------
 
@@ -420,15 +421,15 @@ class BudgetState:
         """A JSON-serializable copy of the whole state (what the widget's ``state`` trait holds)."""
         with self._lock:
             usage = None
-            if self.effective is not None and self.hard:
-                usage = round(100.0 * self.effective / self.hard, 1)
+            if self.effective is not None and self.hard_limit:
+                usage = round(100.0 * self.effective / self.hard_limit, 1)
             return {
                 "version": self.version,
                 "session_id": self.session_id,
                 "effective": self.effective,
-                "hard": self.hard,
-                "soft": self.soft,
-                "window": self.window,
+                "hard_limit": self.hard_limit,
+                "soft_limit": self.soft_limit,
+                "context_window": self.context_window,
                 "source": self.source,
                 "inference": self.inference,
                 "request": self.request,
@@ -458,9 +459,9 @@ class BudgetState:
         """``over`` past the hard limit, ``soft`` at or past the soft limit, else ``ok``."""
         if self.effective is None:
             return "unknown"
-        if self.hard is not None and self.effective > self.hard:
+        if self.hard_limit is not None and self.effective > self.hard_limit:
             return "over"
-        if self.soft is not None and self.effective >= self.soft:
+        if self.soft_limit is not None and self.effective >= self.soft_limit:
             return "soft"
         return "ok"
 
@@ -475,14 +476,14 @@ def budget_line(snapshot: Mapping[str, Any]) -> str:
     if effective is None:
         line = "Context budget: no measurement yet"
     else:
-        line = f"Context {format_tokens(effective)} / {format_tokens(snapshot.get('hard'))} tokens"
+        line = f"Context {format_tokens(effective)} / {format_tokens(snapshot.get('hard_limit'))} tokens"
         if snapshot.get("usage_percent") is not None:
             line += f" ({snapshot['usage_percent']:.1f}%)"
         if snapshot.get("request_words"):
             line += f" · {snapshot['request_words']}"
-        line += f" · soft {format_tokens(snapshot.get('soft'))}"
-        if snapshot.get("window") is not None:
-            line += f" · window {format_tokens(snapshot.get('window'))}"
+        line += f" · soft {format_tokens(snapshot.get('soft_limit'))}"
+        if snapshot.get("context_window") is not None:
+            line += f" · window {format_tokens(snapshot.get('context_window'))}"
         if snapshot.get("source"):
             line += f" · {snapshot['source']}"
     if snapshot.get("phase") == "compacting" and snapshot.get("progress_text"):

@@ -46,6 +46,8 @@ class ProviderCapabilities:
     count_text_tokens: CountText | None = None
     #: one line per thing the user should know about this provider's server (``%soba status``)
     warnings: Sequence[str] = ()
+    #: where the provider sends requests (prices depend on it); ``None``: nowhere (the offline model)
+    base_url: str | None = None
 
     async def prepare(self) -> None:
         """Learn what the server is before the first request is sized (nothing to learn here)."""
@@ -104,6 +106,9 @@ class CapableProvider(Provider, Protocol):
     @property
     def warnings(self) -> Sequence[str]: ...
 
+    @property
+    def base_url(self) -> str | None: ...
+
     async def prepare(self) -> None: ...
 
     def sent_system(self, system: str, tools: tuple[ToolSpec, ...]) -> str: ...
@@ -131,9 +136,9 @@ class CapableProvider(Provider, Protocol):
 
 
 #: The capabilities a short-protocol provider may still have: read from it when it does.
-_CAPABILITIES = ("count_request_tokens", "count_text_tokens", "warnings", "prepare", "sent_system", "message_form",
-                 "renders_tools", "rendering_hint", "escapes_text", "effective_context_window",
-                "accepts_images", "image_rule")
+_CAPABILITIES = ("count_request_tokens", "count_text_tokens", "warnings", "base_url", "prepare", "sent_system",
+                 "message_form", "renders_tools", "rendering_hint", "escapes_text", "effective_context_window",
+                 "accepts_images", "image_rule")
 
 
 class _Completed(ProviderCapabilities):

@@ -1,26 +1,28 @@
-"""Build a :class:`~soba_notebook.providers.base.Provider` from the config's ``model`` block.
+"""Build a :class:`~soba_notebook.providers.base.Provider` from the typed ``model`` config.
 
-The ``model`` block names a wire and where to reach it; secrets never appear in it (DESIGN.md:
-"Secrets come from the environment only"), only the *name* of the environment variable holding
-the key. Several provider names are aliases of the OpenAI-compatible wire with their usual local
-or hosted address, so ``{"provider": "ollama", "model": "qwen2.5-coder"}`` is a complete config.
+:func:`make_provider` takes the :class:`~soba_notebook.config.ModelConfig` that
+:func:`~soba_notebook.config.load_config` already checked (types, bounds, choices), so nothing is
+validated twice; what is left here is what only a provider knows: which names exist, what a name
+aliases (several are the OpenAI-compatible wire with their usual local or hosted address, so
+``{"provider": "ollama", "model": "qwen2.5-coder"}`` is a complete block), and that an address is
+an http(s) URL. Secrets never appear in the config (DESIGN.md: "Secrets come from the environment
+only"), only the *name* of the environment variable holding the key.
+
+A ``model`` block as a mapping (the file's camelCase keys; docs/API.md) is still accepted: it is read
+by :func:`~soba_notebook.config.read_model_block`, the one reader of those keys, then built the same way.
 
 ``provider: scripted`` is the offline demo model of :mod:`soba_notebook.demo`.
-
-Keys read here: ``provider``, ``model``, ``baseUrl``, ``apiKeyEnv``, ``contextWindow``, ``stream``,
-``toolProtocol`` (OpenAI-compatible servers only: ``auto``, ``native`` or ``json``),
-``requestTimeoutMs`` (the whole-request deadline) and ``idleTimeoutMs`` (no bytes for that long). Other
-keys of the block (``maxOutputTokens``…) belong to the request and are ignored.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
 import httpx
+
+from soba_notebook.config import ModelConfig, read_model_block
 
 # The module, not its class: the demo imports this package's interface (``base``), so whichever of
 # the two packages is imported first, ``demo.ScriptedModel`` is looked up only when a model is made.
@@ -31,8 +33,7 @@ from .anthropic import AnthropicProvider
 from .base import Provider
 from .openai import OpenAIChatProvider
 from .openai_compat import StreamMode
-from .remote import DEFAULT_IDLE_TIMEOUT, DEFAULT_REQUEST_TIMEOUT
-from .tool_protocol import TOOL_PROTOCOLS, ToolProtocol
+from .tool_protocol import ToolProtocol
 
 __all__ = ["OPENAI_COMPATIBLE", "PROVIDER_NAMES", "OpenAICompatibleDefaults", "make_provider"]
 
@@ -59,80 +60,50 @@ OPENAI_COMPATIBLE: Mapping[str, OpenAICompatibleDefaults] = {
 PROVIDER_NAMES: tuple[str, ...] = ("anthropic", *OPENAI_COMPATIBLE, "scripted")
 
 
-def _optional_str(config: Mapping[str, Any], key: str) -> str | None:
-    value = config.get(key)
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise ConfigError(f"model.{key} must be a string, not {value!r}", key=f"model.{key}", value=value)
-    return value
+def _canonical_name(raw: str) -> str:
+    """``Anthropic``, ``llama.cpp``, ``lm-studio``: the provider name as :data:`PROVIDER_NAMES` spells it."""
+    name = raw.strip().lower().replace("-", "").replace("_", "").replace(".", "")
+    if name not in PROVIDER_NAMES:
+        raise ConfigError(f"unknown model provider {raw!r}; use one of: {', '.join(PROVIDER_NAMES)}",
+                          key="model.provider", value=raw)
+    return name
 
 
-def _context_window(config: Mapping[str, Any]) -> int | None:
-    value = config.get("contextWindow")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"model.contextWindow must be a positive integer, not {value!r}",
-                          key="model.contextWindow", value=value)
-    return value
-
-
-def _seconds(config: Mapping[str, Any], key: str, default: float) -> float:
-    """A ``...Ms`` key in seconds (``default`` when absent)."""
-    value = config.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"model.{key} must be a positive number of milliseconds, not {value!r}",
-                          key=f"model.{key}", value=value)
-    return value / 1000
-
-
-def make_provider(model_config: Mapping[str, Any], *,
+def make_provider(model_config: ModelConfig | Mapping[str, Any], *,
                   transport: httpx.AsyncBaseTransport | None = None) -> Provider:
-    """The provider the ``model`` block describes. Raises :class:`ConfigError` for an unknown
-    provider, a missing model name, a malformed value, or a key written into the config."""
-    raw_name = model_config.get("provider", "openai")
-    name = str(raw_name).strip().lower().replace("-", "").replace("_", "").replace(".", "")
+    """The provider ``model_config`` describes: a :class:`ModelConfig`, or a ``model`` block mapping
+    (read by :func:`~soba_notebook.config.read_model_block`; its window is declared only when the block
+    names one). Raises :class:`ConfigError` for an unknown provider, a missing model name, an
+    address that is not http(s), or a malformed value or a key written into a block."""
+    if isinstance(model_config, ModelConfig):
+        return _build(model_config, model_config.context_window, transport)
+    block = model_config
+    # a block that names no provider has always meant the OpenAI-compatible wire (a config file's
+    # default is the offline model: that is ModelConfig's)
+    config = read_model_block({"provider": "openai", **block}, source="make_provider")
+    if "model" not in block and _canonical_name(config.provider) != "scripted":
+        raise ConfigError(f"model.model is required for provider {config.provider!r}", key="model.model")
+    return _build(config, config.context_window if "contextWindow" in block else None, transport)
+
+
+def _build(config: ModelConfig, context_window: int | None, transport: httpx.AsyncBaseTransport | None) -> Provider:
+    name = _canonical_name(config.provider)
     if name == "scripted":
         return demo.ScriptedModel()
-    if name not in PROVIDER_NAMES:
-        raise ConfigError(f"unknown model provider {raw_name!r}; use one of: {', '.join(PROVIDER_NAMES)}",
-                          key="model.provider", value=raw_name)
-    for secret_key in ("apiKey", "api_key", "key"):
-        if model_config.get(secret_key):
-            raise ConfigError(f"model.{secret_key} is not allowed: secrets come from the environment only; "
-                              "set model.apiKeyEnv to the name of the variable that holds the key",
-                              key=f"model.{secret_key}", value="[redacted]")
-    model = _optional_str(model_config, "model")
-    if model is None:
-        raise ConfigError(f"model.model is required for provider {name!r}", key="model.model")
-    base_url = _optional_str(model_config, "baseUrl")
+    base_url = config.base_url
     if base_url is not None and not base_url.startswith(("http://", "https://")):
         raise ConfigError(f"model.baseUrl must start with http:// or https://, not {base_url!r}",
                           key="model.baseUrl", value=base_url)
-    key_env = _optional_str(model_config, "apiKeyEnv")
-    context_window = _context_window(model_config)
-    idle_timeout = _seconds(model_config, "idleTimeoutMs", DEFAULT_IDLE_TIMEOUT)
-    request_timeout = _seconds(model_config, "requestTimeoutMs", DEFAULT_REQUEST_TIMEOUT)
+    idle_timeout, request_timeout = config.idle_timeout_ms / 1000, config.request_timeout_ms / 1000
     if name == "anthropic":
-        return AnthropicProvider(model, base_url=base_url or "https://api.anthropic.com",
-                                 api_key_env=key_env or "ANTHROPIC_API_KEY", transport=transport,
+        return AnthropicProvider(config.model, base_url=base_url or "https://api.anthropic.com",
+                                 api_key_env=config.api_key_env or "ANTHROPIC_API_KEY", transport=transport,
                                  context_window=context_window, timeout=idle_timeout,
                                  request_timeout=request_timeout)
     defaults = OPENAI_COMPATIBLE[name]
-    stream = model_config.get("stream") or "auto"
-    if stream not in ("auto", "always", "never"):
-        raise ConfigError(f"model.stream must be auto, always or never, not {stream!r}", key="model.stream",
-                          value=stream)
-    tool_protocol = model_config.get("toolProtocol") or "auto"
-    if tool_protocol not in TOOL_PROTOCOLS:
-        raise ConfigError(f"model.toolProtocol must be one of {', '.join(TOOL_PROTOCOLS)}, not {tool_protocol!r}",
-                          key="model.toolProtocol", value=tool_protocol)
-    return OpenAIChatProvider(model, base_url=base_url or defaults.base_url,
-                              api_key_env=key_env or defaults.api_key_env, transport=transport,
+    return OpenAIChatProvider(config.model, base_url=base_url or defaults.base_url,
+                              api_key_env=config.api_key_env or defaults.api_key_env, transport=transport,
                               context_window=context_window, display_name=defaults.display_name,
-                              stream=cast(StreamMode, stream), timeout=idle_timeout,
-                              tool_protocol=cast(ToolProtocol, tool_protocol),
+                              stream=cast(StreamMode, config.stream), timeout=idle_timeout,
+                              tool_protocol=cast(ToolProtocol, config.tool_protocol),
                               request_timeout=request_timeout)

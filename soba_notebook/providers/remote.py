@@ -70,6 +70,8 @@ class RemoteProvider(ProviderCapabilities):
 
     name = ""
     offline = False
+    #: where requests go (a declared capability, always known for a remote wire)
+    base_url: str
     #: the path of the endpoint under ``base_url``
     endpoint: ClassVar[str] = ""
     #: hosts that never answer without a key: asking them without one is a configuration error

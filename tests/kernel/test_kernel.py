@@ -47,7 +47,7 @@ def test_quickstart_runs_end_to_end_and_its_saved_widget_shows_a_completed_compa
     assert states, "the budget widget's state was saved with the notebook"
     last = states[0]["last_compaction"]
     assert last["outcome"] == "completed" and last["reclaimed_tokens"] > 0 and last["checkpoint_id"].startswith("ck_")
-    assert states[0]["effective"] <= states[0]["hard"]
+    assert states[0]["effective"] <= states[0]["hard_limit"]
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                       if o.output_type == "stream")
     notes = [o["data"]["text/html"] for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
@@ -223,4 +223,4 @@ def test_saved_widget_state_is_final_in_five_concurrent_headless_quickstart_runs
         assert state["turn_active"] is False and state["phase"] != "compacting"
         assert state["last_compaction"]["checkpoint_id"] == capsules[-1].data["checkpointId"], run
         assert len(state["compactions"]) == min(6, len(completed))
-        assert state["effective"] <= state["hard"]
+        assert state["effective"] <= state["hard_limit"]

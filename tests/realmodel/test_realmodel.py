@@ -209,7 +209,8 @@ def test_real_model_turns_in_a_kernel_call_tools_report_usage_calibrate_and_summ
             assert "partial" in compact_text, compact_text
         else:
             assert reason.startswith("the model's capsule would have grown the context"), (compact_text, reasons)
-            assert compactions[-1]["generated"] and compactions[-1]["measuredAfter"] >= compactions[-1]["tokens_before"]
+            last = compactions[-1]
+            assert last["generated"] and last["measured_after"] >= last["tokens_before"]
     else:
         assert capsule.data["quality"] in ("ok", "partial"), (compact_text, reasons)
     history = extract_facts(entries[:entries.index(capsule)])

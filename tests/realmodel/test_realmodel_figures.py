@@ -136,7 +136,7 @@ def test_explicit_compactions_never_grow_the_context_and_their_after_figure_is_t
         # item 5: never larger; a model capsule that measured larger than the history was replaced
         # by the deterministic one, or nothing was appended
         assert outcome.tokens_after <= outcome.tokens_before, record
-        model_after = record.get("measuredAfter")
+        model_after = record.get("measured_after")
         if isinstance(model_after, int) and model_after >= outcome.tokens_before:
             assert outcome.outcome == "skipped" or outcome.quality == "degraded", record
         if outcome.outcome != "completed":
@@ -202,25 +202,25 @@ def test_a_soft_summary_is_thrown_away_only_when_the_prediction_was_optimistic_a
     soft = [r for r in records if r["trigger"] in SOFT]
     assert soft, "the session never reached a soft compaction"
     # no summary is requested for a compaction the prediction (or the seed's gate) skipped
-    assert all(not r["generated"] for r in records if r["skippedBeforeGeneration"]), records
+    assert all(not r["generated"] for r in records if r["skipped_before_generation"]), records
     generated = [r for r in soft if r["generated"]]
     misses = [r for r in generated if r["outcome"] == "skipped"]
     for miss in misses if predict else ():
         # thrown away only when the model's capsule came out larger than predicted ...
-        assert miss["measuredAfter"] > miss["predictedAfter"], miss
+        assert miss["measured_after"] > miss["predicted_after"], miss
         # ... and the next prediction scales by a larger factor (the miss's ratio is in the window)
-        later = [r for r in soft[soft.index(miss) + 1:] if r.get("predictionFactor") is not None]
+        later = [r for r in soft[soft.index(miss) + 1:] if r.get("prediction_factor") is not None]
         if later:
-            assert later[0]["predictionFactor"] > miss["predictionFactor"], (miss, later[0])
+            assert later[0]["prediction_factor"] > miss["prediction_factor"], (miss, later[0])
     # what each thrown-away summary cost is in views.flight_records: its duration and its tokens
     frame = views.flight_records(project / ".soba" / "flight.jsonl")
     thrown = frame[frame.generated.fillna(False) & (frame.outcome == "skipped")]
     assert len(thrown) == len(misses)
     assert (thrown.wasted_ms > 0).all() and (thrown.wasted_tokens > 0).all(), thrown
-    predicted_skips = [r for r in soft if r["skippedBeforeGeneration"] and r.get("predictedAfter") is not None]
+    predicted_skips = [r for r in soft if r["skipped_before_generation"] and r.get("predicted_after") is not None]
     rate = len(misses) / len(generated) if generated else 0.0
     completed = sum(r["outcome"] == "completed" for r in soft)
-    shown = [(r["outcome"], r.get("predictedAfter"), r.get("measuredAfter"), r["tokens_before"]) for r in soft]
+    shown = [(r["outcome"], r.get("predicted_after"), r.get("measured_after"), r["tokens_before"]) for r in soft]
     print(f"\nREALMODEL item 8 ({'with the prediction' if predict else 'seed gate only'}): soft compactions "
           f"{len(soft)}, summaries requested {len(generated)}, thrown away {len(misses)} (miss rate {rate:.0%}), "
           f"skipped by the prediction {len(predicted_skips)}, completed {completed}, "

@@ -15,6 +15,7 @@ from soba_notebook.demo.scenario import DEMO_PROMPTS
 from soba_notebook.demo.scripted import ScriptedModel
 from soba_notebook.flight import read_flight_records
 from soba_notebook.session.context import build_context, pair_problems
+from unit.test_flight_spellings import keys_of
 
 
 def test_scripted_session_of_30_plus_inferences_triggers_auto_turn_complete_and_milestone(tmp_path: Path) -> None:
@@ -34,6 +35,9 @@ def test_scripted_session_of_30_plus_inferences_triggers_auto_turn_complete_and_
     assert inferences >= 30
 
     records = read_flight_records(handle.paths.flight)
+    on_disk = [json.loads(line) for line in handle.paths.flight.read_text().splitlines()]
+    assert {r["kind"] for r in on_disk} >= {"budget", "compaction"}
+    assert not sorted({k for r in on_disk for k in keys_of(r) if "_" in k}), "the flight file is camelCase only"
     compactions = [r for r in records if r["kind"] == "compaction"]
     completed = collections.Counter(r["trigger"] for r in compactions if r["outcome"] == "completed")
     assert completed["auto_threshold"] >= 1
@@ -41,7 +45,7 @@ def test_scripted_session_of_30_plus_inferences_triggers_auto_turn_complete_and_
     assert completed["milestone"] >= 1
     for r in compactions:
         assert r["outcome"] in ("completed", "skipped", "cancelled", "stale", "failed")
-        for key in ("operation_id", "trigger", "hardLimit", "softLimit", "duration_ms", "tokens_before",
+        for key in ("operation_id", "trigger", "hard_limit", "soft_limit", "duration_ms", "tokens_before",
                     "tokens_after", "reclaimed_tokens", "checkpoint_id", "source"):
             assert key in r
         if r["outcome"] == "completed":

@@ -30,7 +30,7 @@ def test_soft_limit_never_reaches_the_hard_limit() -> None:
 
 
 def _tracker(store: SessionStore, counter: TokenCounter, base: int = 0) -> BudgetTracker:
-    return BudgetTracker(store, counter, context_window=65000, hard=48808, soft=39046, base_tokens=base)
+    return BudgetTracker(store, counter, context_window=65000, hard_limit=48808, soft_limit=39046, base_tokens=base)
 
 
 @pytest.fixture(scope="module")

@@ -66,7 +66,7 @@ def figures(s: NotebookSession, ends: list[dict[str, Any]] | None = None) -> dic
                                  WORDS["sent"] if last["event"] == "inference" else WORDS["next"]),
     }
     if ends and ends[-1].get("outcome") == "completed":
-        summary = CompactionSummary.from_event(ends[-1], hard_limit=shown["hard"])
+        summary = CompactionSummary.from_event(ends[-1], hard_limit=shown["hard_limit"])
         after = re.search(r"→ ([\d,]+) (?:tokens|sent)", summary.text)
         assert after is not None, summary.text
         out["completion line"] = (_number(after.group(1)), WORDS["next"])

@@ -128,7 +128,7 @@ def test_files_checks_and_skills_come_from_the_history_and_unsupported_claims_ar
 def test_the_flight_record_counts_the_dropped_claims_and_never_holds_their_text(tmp_path: Path) -> None:
     compact(tmp_path, HOSTILE)
     (record,) = [r for r in read_flight_records(tmp_path / "flight.jsonl") if r.get("kind") == "compaction"]
-    assert record["ungroundedClaims"] == 5 and record["quality"] == "partial"
+    assert record["ungrounded_claims"] == 5 and record["quality"] == "partial"
     flight_text = (tmp_path / "flight.jsonl").read_text(encoding="utf-8")
     assert "jsoncafe" not in flight_text and "kubernetes" not in flight_text and "user_obj" not in flight_text
 

@@ -43,7 +43,7 @@ def test_the_offline_notice_is_a_styled_note_saying_what_and_where() -> None:
 
 
 def test_a_cell_summary_lists_its_compactions_and_says_a_skip_in_one_plain_line() -> None:
-    snap = {"effective": 12_877, "hard": 14_000, "usage_percent": 92.0}
+    snap = {"effective": 12_877, "hard_limit": 14_000, "usage_percent": 92.0}
     ends = [{"trigger": "auto_threshold", "outcome": "completed", "tokens_before": 15_709, "tokens_after": 9_120,
              "checkpoint_id": "ck_1", "quality": "ok"},
             {"trigger": "user", "outcome": "skipped", "reason": "nothing old enough to compact yet: 12,409 tokens"},

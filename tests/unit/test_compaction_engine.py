@@ -341,7 +341,7 @@ def test_flight_record_per_operation_without_summary_text(tmp_path: Path) -> Non
     records = [r for r in read_flight_records(tmp_path / "flight.jsonl") if r["kind"] == "compaction"]
     (rec,) = records
     assert rec["duration_ms"] == 250 and rec["outcome"] == "completed"
-    for key in ("operation_id", "trigger", "hardLimit", "softLimit", "checkpoint_id", "reclaimed_tokens", "source"):
+    for key in ("operation_id", "trigger", "hard_limit", "soft_limit", "checkpoint_id", "reclaimed_tokens", "source"):
         assert key in rec
     raw = (tmp_path / "flight.jsonl").read_text()
     assert "model summary" not in raw and "model goal" not in raw

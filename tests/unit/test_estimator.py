@@ -154,7 +154,8 @@ def test_live_check_and_report_learn_from_the_same_spans(tmp_path: Path) -> None
     store = SessionStore.create(tmp_path / "s")
     recording = _Recording()
     counter = TokenCounter("claude-sonnet-4-5", calibration=recording)
-    tracker = BudgetTracker(store, counter, context_window=10**6, hard=10**6, soft=10**6 - 1, base_tokens=500)
+    tracker = BudgetTracker(store, counter, context_window=10**6, hard_limit=10**6, soft_limit=10**6 - 1,
+                            base_tokens=500)
     store.append(user_message("start the work please"))
     prompt = 900
     for i in range(6):

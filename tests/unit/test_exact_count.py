@@ -85,7 +85,7 @@ def test_a_count_the_server_cannot_give_keeps_the_estimate_and_the_turn_goes_on(
     agent, result = _compacted_then_asked(tmp_path, fake_server, tokenize=lambda body: {"error": "busy"})
     assert result.outcome == "completed", result
     [after] = [r for r in _counts(agent) if r["when"] == "after_compaction"]
-    assert after["outcome"] == "unavailable" and after["serverTokens"] is None
+    assert after["outcome"] == "unavailable" and after["server_tokens"] is None
     assert _last_estimate(agent) == after["estimate"] > 0, "the estimate is the request's figure"
 
 

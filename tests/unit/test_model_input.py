@@ -68,15 +68,15 @@ def test_builder_equals_a_full_rebuild_after_any_appends_leaf_moves_and_capsules
         warnings.simplefilter("ignore", SessionWarning)
         store = SessionStore.create(Path(tmp))
         builder = ModelInputBuilder(store)
-        tracker = BudgetTracker(store, COUNTER, context_window=10**6, hard=10**6, soft=10**6 - 1, base_tokens=7,
-                                inputs=builder)
+        tracker = BudgetTracker(store, COUNTER, context_window=10**6, hard_limit=10**6, soft_limit=10**6 - 1,
+                                base_tokens=7, inputs=builder)
         open_calls: list[str] = []
         for kind, n in ops:
             reopened = _apply(store, kind, n, open_calls)
             if reopened is not store:
                 store = reopened
                 builder = ModelInputBuilder(store)
-                tracker = BudgetTracker(store, COUNTER, context_window=10**6, hard=10**6, soft=10**6 - 1,
+                tracker = BudgetTracker(store, COUNTER, context_window=10**6, hard_limit=10**6, soft_limit=10**6 - 1,
                                         base_tokens=7, inputs=builder)
             path = store.path()
             full = build_context(path)
@@ -84,7 +84,8 @@ def test_builder_equals_a_full_rebuild_after_any_appends_leaf_moves_and_capsules
             assert got == full
             assert [e.id for e in got.messages] == [e.id for e in full.messages]
             assert builder.context_slice() == context_slice(path)
-            fresh = BudgetTracker(store, COUNTER, context_window=10**6, hard=10**6, soft=10**6 - 1, base_tokens=7)
+            fresh = BudgetTracker(store, COUNTER, context_window=10**6, hard_limit=10**6, soft_limit=10**6 - 1,
+                                  base_tokens=7)
             assert tracker.check() == fresh.check()
             start = full.first_kept_index
             capsule_cost = COUNTER.count_text(str(full.capsule.data.get("state", ""))) if full.capsule else 0
@@ -107,7 +108,8 @@ def test_first_budget_check_after_open_counts_only_the_capsule_and_its_tail(tmp_
     reopened = SessionStore.open(store.file)
     counter = TokenCounter("gpt-4o")
     builder = ModelInputBuilder(reopened)
-    tracker = BudgetTracker(reopened, counter, context_window=10**6, hard=10**6, soft=10**6 - 1, inputs=builder)
+    tracker = BudgetTracker(reopened, counter, context_window=10**6, hard_limit=10**6, soft_limit=10**6 - 1,
+                            inputs=builder)
     tracker.check()
     # the three kept entries before the capsule, the capsule entry itself, and the 20 after it
     assert len(counter._entry_cache) == 3 + 1 + 20

@@ -83,7 +83,7 @@ def test_status_and_the_budget_display_read_one_snapshot_after_a_compaction_and_
     assert skipped.outcome == "skipped"
     status, shown = session.status(), _shown(session)
     assert (status["effective"], status["source"]) == (shown["effective"], shown["source"])
-    assert (status["hard_limit"], status["soft_limit"]) == (shown["hard"], shown["soft"])
+    assert (status["hard_limit"], status["soft_limit"]) == (shown["hard_limit"], shown["soft_limit"])
     told = CompactionSummary.from_event(status["last_compaction"])
     assert told.checkpoint_id == done.checkpoint_id == shown["last_compaction"]["checkpoint_id"]
     assert told.text == shown["last_compaction"]["text"]

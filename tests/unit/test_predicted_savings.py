@@ -70,10 +70,10 @@ def test_the_flight_record_of_a_predicted_skip_says_generated_false_with_the_pre
     engine.record_turn_complete()
     asyncio.run(engine.preflight(TurnState()))
     (record,) = _compactions(tmp_path)
-    assert record["generated"] is False and record["skippedBeforeGeneration"] is True
-    assert record["tokens_before"] - record["predictedAfter"] < 2000
-    assert record["predictionFactor"] == DEFAULT_FACTOR and record["measuredAfter"] is None
-    assert record["summaryInputTokens"] is None
+    assert record["generated"] is False and record["skipped_before_generation"] is True
+    assert record["tokens_before"] - record["predicted_after"] < 2000
+    assert record["prediction_factor"] == DEFAULT_FACTOR and record["measured_after"] is None
+    assert record["summary_input_tokens"] is None
 
 
 def test_the_flight_record_of_a_requested_summary_holds_its_prediction_measurement_and_size(tmp_path: Path) -> None:
@@ -82,13 +82,13 @@ def test_the_flight_record_of_a_requested_summary_holds_its_prediction_measureme
     asyncio.run(engine.preflight(TurnState()))
     (record,) = _compactions(tmp_path)
     assert record["outcome"] == "completed" and record["generated"] is True
-    assert record["skippedBeforeGeneration"] is False
-    assert record["measuredAfter"] <= record["predictedAfter"]
+    assert record["skipped_before_generation"] is False
+    assert record["measured_after"] <= record["predicted_after"]
     # tokens_after is the next request as sent, measured after the append; the measurement before it
     # renders the checkpoint id the capsule is written with, so the two agree
-    assert record["measuredAfter"] == record["tokens_after"], record
-    assert record["summaryInputTokens"] > 10_000 * 0.5, "the request carries the summarized history"
-    assert 0 < record["summaryOutputTokens"] < record["summaryInputTokens"]
+    assert record["measured_after"] == record["tokens_after"], record
+    assert record["summary_input_tokens"] > 10_000 * 0.5, "the request carries the summarized history"
+    assert 0 < record["summary_output_tokens"] < record["summary_input_tokens"]
 
 
 def test_without_a_summarizer_the_prediction_is_the_measured_continuation(tmp_path: Path) -> None:
@@ -98,11 +98,11 @@ def test_without_a_summarizer_the_prediction_is_the_measured_continuation(tmp_pa
     asyncio.run(engine.preflight(TurnState()))
     (record,) = _compactions(tmp_path)
     assert record["outcome"] == "completed" and record["generated"] is False
-    assert record["predictedAfter"] == record["measuredAfter"]
+    assert record["predicted_after"] == record["measured_after"]
     # tokens_after is the next request as sent, measured after the append: the prediction and the
     # measurement render the checkpoint id the capsule is written with
-    assert record["measuredAfter"] == record["tokens_after"], record
-    assert record["predictionFactor"] == 1.0
+    assert record["measured_after"] == record["tokens_after"], record
+    assert record["prediction_factor"] == 1.0
 
 
 def test_a_thrown_away_model_capsule_teaches_the_prediction_not_to_request_it_again(tmp_path: Path) -> None:

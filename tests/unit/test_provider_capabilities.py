@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from soba_notebook.agent.spend import provider_base_url
 from soba_notebook.demo import ScriptedModel
 from soba_notebook.providers.base import ModelRequest, Provider
 from soba_notebook.providers.capabilities import ProviderCapabilities, capable
+from soba_notebook.providers.factory import make_provider
 
 
 class _Short:
@@ -47,3 +49,14 @@ def test_a_capability_the_provider_has_is_used_and_other_attributes_pass_through
 def test_a_provider_built_on_the_capabilities_is_held_as_it_is() -> None:
     model = ScriptedModel()
     assert isinstance(model, ProviderCapabilities) and capable(model) is model
+
+
+def test_where_a_provider_sends_requests_is_a_declared_capability_read_without_probing() -> None:
+    class _Proxied(_Short):
+        base_url = "http://proxy.test/v1"
+
+    assert provider_base_url(capable(_Short())) is None
+    assert provider_base_url(capable(_Proxied())) == "http://proxy.test/v1"
+    assert provider_base_url(capable(ScriptedModel())) is None
+    remote = make_provider({"provider": "ollama", "model": "m"})
+    assert provider_base_url(capable(remote)) == "http://127.0.0.1:11434/v1"

@@ -9,12 +9,14 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import format_datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fakeserver import OVERFLOW_BODIES, FakeServer, fake_server_fixture  # noqa: F401
 
+from soba_notebook.config import ModelConfig, load_config
 from soba_notebook.errors import AuthError, ConfigError, ContextOverflowError, ProviderError
 from soba_notebook.providers import (
     AnthropicProvider,
@@ -494,6 +496,23 @@ def test_factory_passes_base_url_key_env_context_window_and_transport() -> None:
     assert asyncio.run(provider.complete(REQUEST)).text == "ok"
     assert str(seen[0].url) == "http://proxy.test/v1/messages"
     assert make_provider({"provider": "llama.cpp", "model": "m"}).base_url == "http://127.0.0.1:8080/v1"
+
+
+def test_the_typed_model_config_builds_the_provider_its_block_describes(tmp_path: Path) -> None:
+    typed = ModelConfig(provider="llama.cpp", model="m", base_url="http://127.0.0.1:9/v1", context_window=40_960,
+                        tool_protocol="json", request_timeout_ms=2_500)
+    block = {"provider": "llama.cpp", "model": "m", "baseUrl": "http://127.0.0.1:9/v1", "contextWindow": 40_960,
+             "toolProtocol": "json", "requestTimeoutMs": 2_500}
+    loaded = load_config(home=tmp_path, project_dir=tmp_path, overrides={"model": block}).model
+    built = [make_provider(c) for c in (typed, block, loaded)]
+    assert all(isinstance(p, OpenAIChatProvider) for p in built)
+    assert {(p.label, p.base_url, p.context_window, p.tool_protocol, p.request_timeout) for p in built} == {
+        ("llama.cpp · m @ http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", 40_960, "json", 2.5)}
+
+
+def test_a_model_block_without_a_provider_is_the_openai_compatible_wire() -> None:
+    provider = make_provider({"model": "gpt-4o-mini"})
+    assert isinstance(provider, OpenAIChatProvider) and provider.base_url == "https://api.openai.com/v1"
 
 
 def test_unknown_provider_is_a_config_error_naming_value_and_choices() -> None:

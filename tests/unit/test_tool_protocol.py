@@ -55,7 +55,7 @@ def test_tool_protocol_takes_auto_native_or_json_and_a_bad_value_is_named_with_t
 def test_the_model_block_hands_the_tool_protocol_to_the_openai_compatible_provider() -> None:
     provider = make_provider({"provider": "llamacpp", "model": "m", "toolProtocol": "json"})
     assert isinstance(provider, OpenAIChatProvider) and provider.tool_protocol == "json"
-    with pytest.raises(ConfigError, match=r"model\.toolProtocol must be one of auto, native, json"):
+    with pytest.raises(ConfigError, match=r"toolProtocol = .grammar. is not allowed: expected one of auto, native"):
         make_provider({"provider": "llamacpp", "model": "m", "toolProtocol": "grammar"})
 
 

@@ -75,7 +75,8 @@ def fold(*events: Event) -> BudgetState:
 
 def test_budget_event_sets_effective_limits_window_source_and_a_history_point() -> None:
     snap = fold(budget(41_230, 3)).snapshot()
-    assert (snap["effective"], snap["hard"], snap["soft"], snap["window"]) == (41_230, 48_808, 39_046, 65_000)
+    assert (snap["effective"], snap["hard_limit"], snap["soft_limit"], snap["context_window"]) == (
+        41_230, 48_808, 39_046, 65_000)
     assert snap["source"] == "provider_usage"
     assert snap["session_id"] == "s1"
     assert snap["history"] == [{"inference": 3, "effective": 41_230, "source": "provider_usage"}]
