@@ -12,8 +12,12 @@ Where the outputs go: with no live front end, into the ``.ipynb`` file, atomical
 ``notebook_edit``'s rule (the file must be what the agent last read, checked again before the
 rename: a save made while the cells ran is never overwritten; the cells ran, the outputs are then
 reported but not saved). A notebook open in JupyterLab is run from the open document (unsaved
-edits included), but its outputs reach only the tool result: the extension has no operation that
-sets a cell's outputs yet, and the file under an open notebook is never written behind its back.
+edits included) and each cell shows its run there as it happens (``NotebookDocuments.show_run``:
+``[*]`` and its outputs cleared when it starts, its execution count and outputs when it ends),
+unsaved, as after the user's own run; the file under an open notebook is never written behind its
+back. The cells run here, in the kernel, never through the front end's Run: during a foreground
+``%soba`` the kernel's shell is busy with that cell, so a Run sent by the front end would wait
+behind the very turn that waits for it.
 
 What the model is given is :func:`run_text`, one function: each cell's outputs as
 :func:`.cell_outputs.outputs_for_model` renders them (text clipped head + tail, errors, DataFrames
@@ -28,6 +32,7 @@ import asyncio
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import nbformat
@@ -86,6 +91,7 @@ class _Loaded:
     nb: NotebookNode
     live: bool
     sha256: str
+    real: Path
 
 
 def _load(ctx: ToolContext, path: str, verb: str, *, check: bool) -> _Loaded:
@@ -95,7 +101,7 @@ def _load(ctx: ToolContext, path: str, verb: str, *, check: bool) -> _Loaded:
     live = access.documents.read(real) if access.documents is not None else None
     if live is not None:
         assign_ids(live)
-        return _Loaded(ws.display_path(ctx.workspace, real), live, True, "")
+        return _Loaded(ws.display_path(ctx.workspace, real), live, True, "", real)
     shown, raw, _ = ws.read_whole(ctx.workspace, path, verb)
     assert raw is not None
     sha = hashlib.sha256(raw).hexdigest()
@@ -109,7 +115,7 @@ def _load(ctx: ToolContext, path: str, verb: str, *, check: bool) -> _Loaded:
                             f"it again with notebook_read, then run; nothing was run")
     nb, _ = parse_notebook(raw, shown)
     assign_ids(nb)
-    return _Loaded(shown, nb, False, sha)
+    return _Loaded(shown, nb, False, sha, real)
 
 
 def _last_ran(ctx: ToolContext, shown: str, own: bool) -> dict[str, set[str]]:
@@ -193,25 +199,55 @@ def _save(ctx: ToolContext, loaded: _Loaded, runs: Sequence[tuple[str, CellRun]]
     return True, f"(the outputs are saved in {loaded.shown})"
 
 
+class _LiveShow:
+    """Each cell's run shown in the notebook open in JupyterLab (nothing when the run is from the file)."""
+
+    def __init__(self, ctx: ToolContext, loaded: _Loaded) -> None:
+        self.documents = ctx.notebooks.documents if loaded.live else None
+        self.real = loaded.real
+        self.shown: list[str] = []
+        self.problems: list[str] = []
+
+    async def __call__(self, cell_id: str, run: CellRun | None) -> None:
+        if self.documents is None:
+            return
+        number, outputs = (None, ()) if run is None else (run.number, run.outputs)
+        problem = await asyncio.to_thread(self.documents.show_run, self.real, cell_id, number, outputs)
+        if problem:
+            if problem not in self.problems:
+                self.problems.append(problem)
+        elif run is not None:
+            self.shown.append(cell_id)
+
+    def note(self) -> str:
+        if not self.problems:
+            return ("(run from the notebook open in JupyterLab: its cells show these outputs, unsaved, as after "
+                    "your own run; the file is not written under it)")
+        return (f"(run from the notebook open in JupyterLab; cells shown there: {', '.join(self.shown) or 'none'}; "
+                f"JupyterLab did not show the rest: {'; '.join(self.problems)}; the file is not written under it)")
+
+
 async def _notebook_run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     loaded, chosen, _ = await asyncio.to_thread(_choose, ctx, args, "notebook_run", check=True)
     by_id = {str(c.get("id")): c for c in loaded.nb.cells}
     kernel = ctx.notebooks.cells
     ran = ctx.notebooks.ran.setdefault(loaded.shown, {})
     runs: list[tuple[str, CellRun]] = []
+    show = _LiveShow(ctx, loaded)
     for cid in chosen:
         source = cell_source(by_id[cid])
+        await show(cid, None)
         run = await run_cell(source, ctx.python_namespace, kernel, ctx.cancel, ctx.config.notebook_run_timeout_sec)
         runs.append((cid, run))
         ran[cid] = source_hash(source)
         kernel.ran(cid, run.number, source, run.error)
+        await show(cid, run)
         if run.error is not None:
             break
     notes: list[str] = []
     saved = False
     if loaded.live:
-        notes.append("(run from the notebook open in JupyterLab; its cells do not show these outputs: SOBA's "
-                     "JupyterLab extension cannot set a cell's outputs yet, and the file is not written under it)")
+        notes.append(show.note())
     elif runs:
         saved, note = await asyncio.to_thread(_save, ctx, loaded, runs)
         notes.append(note)
@@ -219,6 +255,7 @@ async def _notebook_run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     failed = last is not None and (last.error is not None or bool(last.stopped))
     cells = tuple(f"{loaded.shown}#{cid}" for cid, _ in runs)
     data: dict[str, Any] = {"path": loaded.shown, "ran": [cid for cid, _ in runs], "live": loaded.live,
+                            "shown_live": list(show.shown),
                             "files_changed": FileChanges(modified=cells if saved else ()).to_json()}
     if last is not None and last.stopped == "cancelled":
         data["cancelled"] = True
