@@ -82,7 +82,7 @@ class LoopbackLab:
             return {"ok": False, "error": f"no code cell {request.get('cell_id')}"}
         running = request["state"] == "running"
         cell = doc["cells"][at]
-        cell["outputs"] = [] if running else list(request["outputs"])
+        cell["outputs"] = list(request["outputs"])
         cell["execution_count"] = None if running else request["execution_count"]
         self.runs.append((str(request["cell_id"]), str(request["state"]), cell["execution_count"]))
         return {"ok": True, "index": at}

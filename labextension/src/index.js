@@ -9,8 +9,8 @@
  * an insert or delete is one notebook transaction (Z / Edit > Undo in command mode), a replace
  * one transaction of the cell (Ctrl+Z in its editor). Changed and new cells carry the class
  * "soba-agent-changed" (style/index.css) until the user clicks or types in them. "outputs" shows a
- * cell the agent's notebook_run runs in the kernel: "running" clears its outputs and shows [*],
- * "done" sets its execution count and nbformat outputs, as JupyterLab does after its own run
+ * cell the agent's notebook_run runs in the kernel: "running" shows [*] and its outputs so far
+ * (none when it starts), "done" sets its execution count and nbformat outputs, as JupyterLab does after its own run
  * (unsaved; the outputs trusted, as the kernel made them). The kernel runs the cell, not this front
  * end: during a foreground %soba the kernel is busy with that cell, and a Run sent from here would
  * wait behind the turn that waits for it.
@@ -154,7 +154,11 @@ function applyEdit(panel, edit) {
   return { ok: true, index: at };
 }
 
-/** Show one cell's run by the agent (soba_notebook/notebook/live_notebook.py, `show_run`). */
+/**
+ * Show one cell's run by the agent (soba_notebook/notebook/live_notebook.py, `show_run`). The old
+ * outputs go in a transaction of their own before the new ones come: replaced in one, a stream that
+ * grew between two updates left the cell's output area empty.
+ */
 function showRun(panel, request) {
   const shared = panel.content.model.sharedModel;
   const at = indexOf(shared, request.cell_id);
@@ -166,8 +170,11 @@ function showRun(panel, request) {
     return { ok: false, error: `cell ${request.cell_id} of the open notebook is not a code cell` };
   }
   const running = request.state === 'running';
+  if (cell.outputs.length > 0) {
+    cell.transact(() => cell.setOutputs([]));
+  }
   cell.transact(() => {
-    cell.setOutputs(running ? [] : request.outputs || []);
+    cell.setOutputs(request.outputs || []);
     cell.execution_count = running ? null : request.execution_count;
   });
   if ('executionState' in cell) {
@@ -175,7 +182,7 @@ function showRun(panel, request) {
   }
   const model = panel.content.model.cells.get(at);
   if (!running && model && 'trusted' in model) {
-    model.trusted = true;
+    model.trusted = true; // the kernel made these outputs, as after the user's own run
   }
   return { ok: true, index: at };
 }

@@ -82,9 +82,9 @@ class NotebookDocuments(Protocol):
         ...
 
     def show_run(self, path: Path, cell_id: str, number: int | None, outputs: Sequence[Mapping[str, Any]]) -> str:
-        """Show in the open notebook that cell ``cell_id`` runs (``number`` ``None``: it started; its
-        outputs are cleared) or ran (its execution count and nbformat outputs); ``""`` when shown,
-        else why not (the cell ran in the kernel all the same)."""
+        """Show in the open notebook that cell ``cell_id`` runs (``number`` ``None``: ``[*]`` and its
+        nbformat outputs so far, none when it starts) or ran (its execution count and outputs); ``""``
+        when shown, else why not (the cell ran in the kernel all the same)."""
         ...
 
 

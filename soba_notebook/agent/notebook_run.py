@@ -11,13 +11,13 @@ A cell's error stops the run, like Run All, and is the tool's result.
 Where the outputs go: with no live front end, into the ``.ipynb`` file, atomically and under
 ``notebook_edit``'s rule (the file must be what the agent last read, checked again before the
 rename: a save made while the cells ran is never overwritten; the cells ran, the outputs are then
-reported but not saved). A notebook open in JupyterLab is run from the open document (unsaved
-edits included) and each cell shows its run there as it happens (``NotebookDocuments.show_run``:
-``[*]`` and its outputs cleared when it starts, its execution count and outputs when it ends),
-unsaved, as after the user's own run; the file under an open notebook is never written behind its
-back. The cells run here, in the kernel, never through the front end's Run: during a foreground
-``%soba`` the kernel's shell is busy with that cell, so a Run sent by the front end would wait
-behind the very turn that waits for it.
+reported but not saved). A notebook open in JupyterLab is run from the open document (unsaved edits
+included) and each cell shows its run there as it happens (``NotebookDocuments.show_run``: ``[*]``
+and its outputs cleared when it starts, its outputs so far while it runs, its execution count and
+outputs when it ends), unsaved, as after the user's own run; the file under an open notebook is
+never written behind its back. The cells run here, in the kernel, never through the front end's
+Run: during a foreground ``%soba`` the kernel's shell is busy with that cell, so a Run sent by the
+front end would wait behind the very turn that waits for it.
 
 What the model is given is :func:`run_text`, one function: each cell's outputs as
 :func:`.cell_outputs.outputs_for_model` renders them (text clipped head + tail, errors, DataFrames
@@ -43,7 +43,7 @@ from ..errors import ToolError
 from ..providers.base import ToolSpec
 from ..session.attachments import ImageAttachment
 from . import workspace as ws
-from .cell_exec import CellRun, run_cell
+from .cell_exec import CellRun, Progress, run_cell
 from .cell_outputs import outputs_for_model
 from .notebook_doc import assign_ids, cell_source, dumps, parse_notebook, source_hash
 from .notebook_tools import PATH_DESCRIPTION, changed_while, notebook_target, read_stamp
@@ -208,16 +208,31 @@ class _LiveShow:
         self.shown: list[str] = []
         self.problems: list[str] = []
 
-    async def __call__(self, cell_id: str, run: CellRun | None) -> None:
+    async def running(self, cell_id: str, outputs: Sequence[Mapping[str, Any]]) -> None:
+        """The cell runs: ``[*]`` and its outputs so far."""
+        await self._send(cell_id, None, outputs)
+
+    def progress(self, cell_id: str) -> Progress | None:
+        """What ``run_cell`` calls with the cell's outputs while it runs (``None``: nothing is shown live)."""
         if self.documents is None:
-            return
-        number, outputs = (None, ()) if run is None else (run.number, run.outputs)
-        problem = await asyncio.to_thread(self.documents.show_run, self.real, cell_id, number, outputs)
-        if problem:
-            if problem not in self.problems:
-                self.problems.append(problem)
-        elif run is not None:
+            return None
+
+        async def shown_so_far(outputs: list[dict[str, Any]]) -> None:
+            await self.running(cell_id, outputs)
+        return shown_so_far
+
+    async def ended(self, cell_id: str, run: CellRun) -> None:
+        """The cell ran: its execution count and outputs."""
+        if await self._send(cell_id, run.number, run.outputs):
             self.shown.append(cell_id)
+
+    async def _send(self, cell_id: str, number: int | None, outputs: Sequence[Mapping[str, Any]]) -> bool:
+        if self.documents is None:
+            return False
+        problem = await asyncio.to_thread(self.documents.show_run, self.real, cell_id, number, outputs)
+        if problem and problem not in self.problems:
+            self.problems.append(problem)
+        return not problem
 
     def note(self) -> str:
         if not self.problems:
@@ -236,12 +251,13 @@ async def _notebook_run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     show = _LiveShow(ctx, loaded)
     for cid in chosen:
         source = cell_source(by_id[cid])
-        await show(cid, None)
-        run = await run_cell(source, ctx.python_namespace, kernel, ctx.cancel, ctx.config.notebook_run_timeout_sec)
+        await show.running(cid, [])
+        run = await run_cell(source, ctx.python_namespace, kernel, ctx.cancel, ctx.config.notebook_run_timeout_sec,
+                             show.progress(cid))
         runs.append((cid, run))
         ran[cid] = source_hash(source)
         kernel.ran(cid, run.number, source, run.error)
-        await show(cid, run)
+        await show.ended(cid, run)
         if run.error is not None:
             break
     notes: list[str] = []

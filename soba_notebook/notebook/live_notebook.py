@@ -9,10 +9,11 @@ document with the same :func:`~soba_notebook.agent.notebook_doc.apply_edit` the 
 open model (so no file changes under JupyterLab: no "File Changed" dialog, no lost unsaved edits,
 and JupyterLab's own undo takes it back) and marks the cell until the user touches it.
 ``notebook_run`` runs the open document's cells in this kernel and :meth:`LiveNotebooks.show_run`
-sends each cell's state to the front end (``outputs``: first "running", outputs cleared; then its
-execution count and nbformat outputs), which sets them on the open cell as JupyterLab does after
-its own run: unsaved, like an edit. The kernel runs the cell, not the front end, because a front
-end's Run would queue behind the busy ``%soba`` cell of a foreground turn, which waits for it.
+sends each cell's state to the front end (``outputs``: "running" with its outputs so far, none at
+first; then "done" with its execution count and nbformat outputs), which sets them on the open cell
+as JupyterLab does after its own run: unsaved, like an edit. The kernel runs the cell, not the
+front end, because a front end's Run would queue behind the busy ``%soba`` cell of a foreground
+turn, which waits for it.
 
 ``None`` from :meth:`read`/:meth:`apply` means "not open in a live JupyterLab": the tools use the
 file, and :meth:`fallback_note` says why, once per reason and path. An edit of a notebook that *is*
@@ -101,10 +102,9 @@ class LiveNotebooks:
     def show_run(self, path: Path, cell_id: str, number: int | None, outputs: Sequence[Mapping[str, Any]]) -> str:
         with self._lock:
             known = self._matched.get(str(path), str(path))
-        state: dict[str, Any] = {"state": "running"} if number is None else {
-            "state": "done", "execution_count": number, "outputs": [dict(o) for o in outputs]}
+        state: dict[str, Any] = {"state": "running"} if number is None else {"state": "done", "execution_count": number}
         reply = self._request({"op": "outputs", "path": known, "home": str(Path.home()), "cell_id": cell_id,
-                               **state})
+                               "outputs": [dict(o) for o in outputs], **state})
         if reply.data is None:
             return reply.reason
         if not reply.data.get("found"):

@@ -3,7 +3,8 @@
 JupyterLab 4 in Debian's Chromium with SOBA's prebuilt extension, a notebook whose model is a
 loopback server. A foreground ``%soba`` cell's turn runs (``notebook_run``) a cell that prints,
 ends in a pandas DataFrame and draws a matplotlib figure; a ``%%soba --background`` cell's turn runs
-it again and then a cell that raises. The model holds its next reply until the test has looked, so
+it again, then a slow cell (its first printed line must show, with ``[*]``, while it still runs)
+and a cell that raises. The model holds its next reply until the test has looked, so
 each check is made *during* its turn: in the foreground with the ``%soba`` cell still running
 (``[*]``, the kernel busy with it), in the background with the kernel free. The ran cells must show
 the kernel's execution count, the printed line, the DataFrame as its HTML table, the figure as a PNG
@@ -38,12 +39,17 @@ FIGURE = ("import matplotlib.pyplot as plt\nimport pandas as pd\n"
           "ax.bar(frame['city'], frame['temp_c'], color='#e67e22')\n"
           "ax.set_title('temperature by city')\n"
           "frame")
+#: prints a line, then waits (bounded) for the test to drop a file beside the notebook before it ends
+SLOW = ("import pathlib, time\nprint('fetching the feed: 1 of 2')\n"
+        "for _ in range(2400):\n    if pathlib.Path('go-on').exists():\n        break\n    time.sleep(0.05)\n"
+        "print('fetching the feed: 2 of 2')")
 BOOM = "raise ValueError('the temperature feed is down')"
 #: the notebook's cells by id, in order (every one a code cell)
 CELLS = {"load": "%load_ext soba_notebook",
          "fg": "%soba run the figure cell",
          "figure": FIGURE,
          "bg": "%%soba --background\nrun the figure cell again, then the feed check",
+         "slow": SLOW,
          "boom": BOOM}
 INDEX = {cid: i for i, cid in enumerate(CELLS)}
 
@@ -92,7 +98,7 @@ class _Model:
         turn = "background" if "again" in json.dumps(messages[asked]) else "foreground"
         results = [m for m in messages[asked:] if m.get("role") == "tool"]
         if not results:
-            cells = ["figure"] if turn == "foreground" else ["figure", "boom"]
+            cells = ["figure"] if turn == "foreground" else ["figure", "slow", "boom"]
             return {"tool_calls": [{"id": f"{turn}-run", "name": "notebook_run", "arguments": {"cell_ids": cells}}],
                     "usage": False}
         self.held[turn].set()
@@ -163,19 +169,24 @@ def test_cells_the_agent_runs_show_their_outputs_live_in_the_open_notebook_in_fo
         _wait(notebook, "the end of the foreground turn", "v.text.includes('The foreground run is done.')", "fg")
         _wait(notebook, "its execution count", "/\\[\\d+\\]/.test(v.prompt)", "fg")
         after_fg = _view(notebook, "fg")
-        # the background turn: the cell returns at once, the agent runs the figure cell again and the failing one
+        # the background turn: the cell returns at once, the agent runs the figure cell again, a slow one, a failing one
         _run(notebook, "bg")
+        # the slow cell's first line shows while it still runs; it ends once the test has seen it
+        _wait(notebook, "its first line while it runs", "v.stdout.join('').includes('1 of 2')", "slow")
+        slow_running = _view(notebook, "slow")
+        _shoot(notebook, "slow", "notebook_run_live_background_running.png")
+        (root / "go-on").write_text("")
         _wait(notebook, "the error", "v.errors.length > 0", "boom")
         assert model.held["background"].wait(WAIT_MS / 1000), "the model never got the run's result"
-        during_bg = {cid: _view(notebook, cid) for cid in ("bg", "figure", "boom")}
+        during_bg = {cid: _view(notebook, cid) for cid in ("bg", "figure", "slow", "boom")}
         _shoot(notebook, "figure", "notebook_run_live_background.png")
         _shoot(notebook, "boom", "notebook_run_live_background_error.png")
         model.looked["background"].set()
         _wait(notebook, "the end of the background turn", "v.text.includes('The background run is done.')", "bg")
         file_after = (root / source.name).read_bytes()
         errors = list(notebook.page_errors)
-    (ARTIFACTS / "notebook_run_live.json").write_text(json.dumps({"foreground": during_fg, "background": during_bg},
-                                                                 indent=1))
+    (ARTIFACTS / "notebook_run_live.json").write_text(json.dumps(
+        {"foreground": during_fg, "slow_running": slow_running, "background": during_bg}, indent=1))
 
     assert during_fg["fg"]["prompt"].strip() == "[*]:", "the %soba cell still ran while its outputs showed"
     assert "The foreground run is done." not in during_fg["fg"]["text"]
@@ -184,8 +195,11 @@ def test_cells_the_agent_runs_show_their_outputs_live_in_the_open_notebook_in_fo
     assert "The background run is done." not in during_bg["bg"]["text"]
     _ran_the_figure(during_bg["figure"])
     # one sequence, no number twice: the %soba cell's count comes after the run it made, the next cells' after it
-    assert [_count(after_fg), _count(during_bg["bg"]), _count(during_bg["figure"]), _count(during_bg["boom"])] == [
-        first + 1, first + 2, first + 3, first + 4], (first, after_fg, during_bg)
+    assert [_count(v) for v in (after_fg, during_bg["bg"], during_bg["figure"], during_bg["slow"], during_bg["boom"])
+            ] == [first + 1, first + 2, first + 3, first + 4, first + 5], (first, after_fg, during_bg)
+    assert slow_running["prompt"].strip() == "[*]:" and slow_running["stdout"] == ["fetching the feed: 1 of 2\n"], \
+        slow_running
+    assert during_bg["slow"]["stdout"] == ["fetching the feed: 1 of 2\nfetching the feed: 2 of 2\n"], during_bg["slow"]
     (error,) = during_bg["boom"]["errors"]
     assert "ValueError" in error and "the temperature feed is down" in error and "raise ValueError" in error, error
     assert file_after == on_disk, "the outputs were written to the file behind JupyterLab's back"
