@@ -4,7 +4,8 @@
 SOBA's JupyterLab extension does (``labextension/src/index.js``): it watches iopub for a
 ``comm_open`` to ``soba.live_notebook``, answers a ``read`` with the open document it holds (a
 notebook dict per absolute path, which a test may change as a user's unsaved typing) and applies
-an ``apply``'s one cell operation to it, replying with a ``comm_msg`` on the shell channel, as a
+an ``apply``'s one cell operation to it (and an ``outputs``: a cell the agent runs, its count and
+outputs set on the open cell, every state kept in ``runs``), replying with a ``comm_msg`` on the shell channel, as a
 front end does (``answer=False``: it only records them). It runs on its own thread, so it answers
 while the kernel's main shell is busy.
 """
@@ -30,6 +31,7 @@ class LoopbackLab:
         self.documents = documents
         self.answer = answer  # False: only records the requests, as a front end without the extension
         self.requests: list[dict[str, Any]] = []
+        self.runs: list[tuple[str, str, int | None]] = []  # (cell id, state, execution count) as sent
         self.lock = threading.Lock()
         # its own client and session: a client sharing the test's session would share its socket
         # identity, and the kernel's replies to the test's cells would reach this one
@@ -69,7 +71,21 @@ class LoopbackLab:
             return {"found": False, "open": sorted(self.documents)}
         if request.get("op") == "read":
             return {"found": True, "notebook": copy.deepcopy(doc), "dirty": True}
+        if request.get("op") == "outputs":
+            return {"found": True, **self._show_run(doc, request)}
         return {"found": True, **_apply(doc, request["edit"])}
+
+
+    def _show_run(self, doc: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+        at = _index(doc, request.get("cell_id"))
+        if at < 0 or doc["cells"][at]["cell_type"] != "code":
+            return {"ok": False, "error": f"no code cell {request.get('cell_id')}"}
+        running = request["state"] == "running"
+        cell = doc["cells"][at]
+        cell["outputs"] = list(request["outputs"])
+        cell["execution_count"] = None if running else request["execution_count"]
+        self.runs.append((str(request["cell_id"]), str(request["state"]), cell["execution_count"]))
+        return {"ok": True, "index": at}
 
 
 def _index(doc: dict[str, Any], cell_id: str | None) -> int:

@@ -8,7 +8,12 @@
  * "File Changed" dialog, the user's unsaved edits stay) and its own undo takes the change back:
  * an insert or delete is one notebook transaction (Z / Edit > Undo in command mode), a replace
  * one transaction of the cell (Ctrl+Z in its editor). Changed and new cells carry the class
- * "soba-agent-changed" (style/index.css) until the user clicks or types in them.
+ * "soba-agent-changed" (style/index.css) until the user clicks or types in them. "outputs" shows a
+ * cell the agent's notebook_run runs in the kernel: "running" shows [*] and its outputs so far
+ * (none when it starts), "done" sets its execution count and nbformat outputs, as JupyterLab does after its own run
+ * (unsaved; the outputs trusted, as the kernel made them). The kernel runs the cell, not this front
+ * end: during a foreground %soba the kernel is busy with that cell, and a Run sent from here would
+ * wait behind the turn that waits for it.
  *
  * Plain JavaScript on purpose: the only build dependency is @jupyterlab/builder, and
  * @jupyterlab/notebook is the running JupyterLab's shared singleton, never bundled.
@@ -149,6 +154,39 @@ function applyEdit(panel, edit) {
   return { ok: true, index: at };
 }
 
+/**
+ * Show one cell's run by the agent (soba_notebook/notebook/live_notebook.py, `show_run`). The old
+ * outputs go in a transaction of their own before the new ones come: replaced in one, a stream that
+ * grew between two updates left the cell's output area empty.
+ */
+function showRun(panel, request) {
+  const shared = panel.content.model.sharedModel;
+  const at = indexOf(shared, request.cell_id);
+  if (at < 0) {
+    return { ok: false, error: `no cell ${request.cell_id} in the open notebook` };
+  }
+  const cell = shared.cells[at];
+  if (cell.cell_type !== 'code') {
+    return { ok: false, error: `cell ${request.cell_id} of the open notebook is not a code cell` };
+  }
+  const running = request.state === 'running';
+  if (cell.outputs.length > 0) {
+    cell.transact(() => cell.setOutputs([]));
+  }
+  cell.transact(() => {
+    cell.setOutputs(request.outputs || []);
+    cell.execution_count = running ? null : request.execution_count;
+  });
+  if ('executionState' in cell) {
+    cell.executionState = running ? 'running' : 'idle'; // the prompt shows [*], then [N]
+  }
+  const model = panel.content.model.cells.get(at);
+  if (!running && model && 'trusted' in model) {
+    model.trusted = true; // the kernel made these outputs, as after the user's own run
+  }
+  return { ok: true, index: at };
+}
+
 function answer(request, tracker) {
   const { panel, open } = findPanel(tracker, request.path, request.home);
   if (panel === null) {
@@ -159,6 +197,9 @@ function answer(request, tracker) {
   }
   if (request.op === 'apply') {
     return { found: true, ...applyEdit(panel, request.edit) };
+  }
+  if (request.op === 'outputs') {
+    return { found: true, ...showRun(panel, request) };
   }
   return { found: true, ok: false, error: `unknown request ${request.op}` };
 }

@@ -9,15 +9,18 @@ itself is :mod:`.pyexec`'s (a dedicated thread, the thread's writes routed to th
 ``%magics``, its execution count, its display formatter and publisher). A headless agent uses
 :class:`PlainCells`: plain Python, ``repr`` results, its own counter. Either way a DataFrame's
 output carries its shape and dtypes in its metadata (:func:`.table_facts.table_metadata`), which
-no mime bundle holds.
+no mime bundle holds. While the cell runs, an optional ``progress`` callback is given its outputs
+so far, at most every :data:`PROGRESS_EVERY_S` seconds and only when they changed (a live front
+end shows them as they come).
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
 import contextlib
 import linecache
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import count
 from typing import TYPE_CHECKING, Any, Protocol
@@ -28,11 +31,15 @@ from .table_facts import table_metadata
 if TYPE_CHECKING:
     from ..cancel import CancelToken
 
-__all__ = ["CellKernel", "CellRun", "DisplaySink", "PlainCells", "run_cell"]
+__all__ = ["PROGRESS_EVERY_S", "CellKernel", "CellRun", "DisplaySink", "PlainCells", "Progress", "run_cell"]
 
 Output = dict[str, Any]
 #: Where ``display()`` calls go while a cell runs: ``sink(data by MIME type, metadata)``.
 DisplaySink = Callable[[dict[str, Any], dict[str, Any]], None]
+#: Given a running cell's outputs so far (copies); awaited, so the next call comes after it ends.
+Progress = Callable[[list[dict[str, Any]]], Awaitable[None]]
+#: The fewest seconds between two ``progress`` calls of one cell.
+PROGRESS_EVERY_S = 0.5
 _filenames = count(1)
 
 
@@ -149,16 +156,38 @@ def _execute(source: str, namespace: dict[str, Any], kernel: CellKernel, number:
     return out.items
 
 
+async def _watch(out: _Outputs, progress: Progress, stop: asyncio.Event, every: float) -> None:
+    """Call ``progress`` with the outputs so far whenever they changed, every ``every`` seconds, until ``stop``."""
+    shown: list[Output] = []
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
+        if stop.is_set():
+            return
+        now = [dict(o) for o in list(out.items)]  # the cell's thread appends and extends them meanwhile
+        if now != shown:
+            shown = now
+            await progress(now)
+
+
 async def run_cell(source: str, namespace: dict[str, Any], kernel: CellKernel, cancel: CancelToken | None = None,
-                   timeout: float | None = None) -> CellRun:
+                   timeout: float | None = None, progress: Progress | None = None,
+                   every: float = PROGRESS_EVERY_S) -> CellRun:
     """Run one cell's ``source`` in ``namespace`` on its own thread (module docstring)."""
     number = kernel.next_count()
     filename = f"<soba-cell-{next(_filenames)}>"
     out = _Outputs()
     interrupted: list[Output] = [{"output_type": "error", "ename": "KeyboardInterrupt", "evalue": "",
                                   "traceback": ["KeyboardInterrupt: interrupted before the code started"]}]
-    ended = await run_on_thread(lambda: _execute(source, namespace, kernel, number, filename, out), interrupted,
-                                cancel, timeout, name="soba-notebook-run")
+    stop = asyncio.Event()
+    watcher = asyncio.ensure_future(_watch(out, progress, stop, every)) if progress is not None else None
+    try:
+        ended = await run_on_thread(lambda: _execute(source, namespace, kernel, number, filename, out), interrupted,
+                                    cancel, timeout, name="soba-notebook-run")
+    finally:
+        stop.set()
+        if watcher is not None:
+            await watcher  # a progress call under way ends before the run's own result is shown
     outputs = list(ended.value) if ended.value is not None else list(out.items)
     if ended.stopped and not (outputs and outputs[-1].get("output_type") == "error"):
         outputs.append({"output_type": "error", "ename": "KeyboardInterrupt", "evalue": "",

@@ -11,7 +11,8 @@ notebook layer injects plain values and callables into :class:`NotebookAccess`, 
   execution count, the notebook cell id the front end sent, the outcome and a failure's traceback);
 * ``documents`` — a :class:`NotebookDocuments` for notebooks open in a live front end (JupyterLab):
   ``read`` returns the open document, ``apply`` changes it in place; either returns ``None`` when
-  that notebook is not open there, and the tools then use the file. The file path is the default;
+  that notebook is not open there, and the tools then use the file. The file path is the default.
+  ``show_run`` puts a cell ``notebook_run`` ran (its count and outputs) into the open document;
 * ``cells`` — how ``notebook_run`` runs a cell in this kernel (:class:`.cell_exec.CellKernel`: the
   notebook layer lends IPython's transformer, execution count and display publisher; a headless
   agent runs plain Python), and ``ran`` each notebook's cells the agent ran, with the source hash
@@ -26,7 +27,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .cell_exec import CellKernel, PlainCells
 
@@ -78,6 +79,12 @@ class NotebookDocuments(Protocol):
 
     def fallback_note(self, path: Path) -> str | None:
         """After a ``None``: why the file was used, once per reason (the tool result shows it)."""
+        ...
+
+    def show_run(self, path: Path, cell_id: str, number: int | None, outputs: Sequence[Mapping[str, Any]]) -> str:
+        """Show in the open notebook that cell ``cell_id`` runs (``number`` ``None``: ``[*]`` and its
+        nbformat outputs so far, none when it starts) or ran (its execution count and outputs); ``""``
+        when shown, else why not (the cell ran in the kernel all the same)."""
         ...
 
 

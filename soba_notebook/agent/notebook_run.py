@@ -11,9 +11,13 @@ A cell's error stops the run, like Run All, and is the tool's result.
 Where the outputs go: with no live front end, into the ``.ipynb`` file, atomically and under
 ``notebook_edit``'s rule (the file must be what the agent last read, checked again before the
 rename: a save made while the cells ran is never overwritten; the cells ran, the outputs are then
-reported but not saved). A notebook open in JupyterLab is run from the open document (unsaved
-edits included), but its outputs reach only the tool result: the extension has no operation that
-sets a cell's outputs yet, and the file under an open notebook is never written behind its back.
+reported but not saved). A notebook open in JupyterLab is run from the open document (unsaved edits
+included) and each cell shows its run there as it happens (``NotebookDocuments.show_run``: ``[*]``
+and its outputs cleared when it starts, its outputs so far while it runs, its execution count and
+outputs when it ends), unsaved, as after the user's own run; the file under an open notebook is
+never written behind its back. The cells run here, in the kernel, never through the front end's
+Run: during a foreground ``%soba`` the kernel's shell is busy with that cell, so a Run sent by the
+front end would wait behind the very turn that waits for it.
 
 What the model is given is :func:`run_text`, one function: each cell's outputs as
 :func:`.cell_outputs.outputs_for_model` renders them (text clipped head + tail, errors, DataFrames
@@ -28,6 +32,7 @@ import asyncio
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import nbformat
@@ -38,7 +43,7 @@ from ..errors import ToolError
 from ..providers.base import ToolSpec
 from ..session.attachments import ImageAttachment
 from . import workspace as ws
-from .cell_exec import CellRun, run_cell
+from .cell_exec import CellRun, Progress, run_cell
 from .cell_outputs import outputs_for_model
 from .notebook_doc import assign_ids, cell_source, dumps, parse_notebook, source_hash
 from .notebook_tools import PATH_DESCRIPTION, changed_while, notebook_target, read_stamp
@@ -86,6 +91,7 @@ class _Loaded:
     nb: NotebookNode
     live: bool
     sha256: str
+    real: Path
 
 
 def _load(ctx: ToolContext, path: str, verb: str, *, check: bool) -> _Loaded:
@@ -95,7 +101,7 @@ def _load(ctx: ToolContext, path: str, verb: str, *, check: bool) -> _Loaded:
     live = access.documents.read(real) if access.documents is not None else None
     if live is not None:
         assign_ids(live)
-        return _Loaded(ws.display_path(ctx.workspace, real), live, True, "")
+        return _Loaded(ws.display_path(ctx.workspace, real), live, True, "", real)
     shown, raw, _ = ws.read_whole(ctx.workspace, path, verb)
     assert raw is not None
     sha = hashlib.sha256(raw).hexdigest()
@@ -109,7 +115,7 @@ def _load(ctx: ToolContext, path: str, verb: str, *, check: bool) -> _Loaded:
                             f"it again with notebook_read, then run; nothing was run")
     nb, _ = parse_notebook(raw, shown)
     assign_ids(nb)
-    return _Loaded(shown, nb, False, sha)
+    return _Loaded(shown, nb, False, sha, real)
 
 
 def _last_ran(ctx: ToolContext, shown: str, own: bool) -> dict[str, set[str]]:
@@ -207,25 +213,71 @@ def _save(ctx: ToolContext, loaded: _Loaded, runs: Sequence[tuple[str, CellRun]]
     return True, f"(the outputs are saved in {loaded.shown})"
 
 
+class _LiveShow:
+    """Each cell's run shown in the notebook open in JupyterLab (nothing when the run is from the file)."""
+
+    def __init__(self, ctx: ToolContext, loaded: _Loaded) -> None:
+        self.documents = ctx.notebooks.documents if loaded.live else None
+        self.real = loaded.real
+        self.shown: list[str] = []
+        self.problems: list[str] = []
+
+    async def running(self, cell_id: str, outputs: Sequence[Mapping[str, Any]]) -> None:
+        """The cell runs: ``[*]`` and its outputs so far."""
+        await self._send(cell_id, None, outputs)
+
+    def progress(self, cell_id: str) -> Progress | None:
+        """What ``run_cell`` calls with the cell's outputs while it runs (``None``: nothing is shown live)."""
+        if self.documents is None:
+            return None
+
+        async def shown_so_far(outputs: list[dict[str, Any]]) -> None:
+            await self.running(cell_id, outputs)
+        return shown_so_far
+
+    async def ended(self, cell_id: str, run: CellRun) -> None:
+        """The cell ran: its execution count and outputs."""
+        if await self._send(cell_id, run.number, run.outputs):
+            self.shown.append(cell_id)
+
+    async def _send(self, cell_id: str, number: int | None, outputs: Sequence[Mapping[str, Any]]) -> bool:
+        if self.documents is None:
+            return False
+        problem = await asyncio.to_thread(self.documents.show_run, self.real, cell_id, number, outputs)
+        if problem and problem not in self.problems:
+            self.problems.append(problem)
+        return not problem
+
+    def note(self) -> str:
+        if not self.problems:
+            return ("(run from the notebook open in JupyterLab: its cells show these outputs, unsaved, as after "
+                    "your own run; the file is not written under it)")
+        return (f"(run from the notebook open in JupyterLab; cells shown there: {', '.join(self.shown) or 'none'}; "
+                f"JupyterLab did not show the rest: {'; '.join(self.problems)}; the file is not written under it)")
+
+
 async def _notebook_run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     loaded, chosen, _ = await asyncio.to_thread(_choose, ctx, args, "notebook_run", check=True)
     by_id = {str(c.get("id")): c for c in loaded.nb.cells}
     kernel = ctx.notebooks.cells
     ran = ctx.notebooks.ran.setdefault(loaded.shown, {})
     runs: list[tuple[str, CellRun]] = []
+    show = _LiveShow(ctx, loaded)
     for cid in chosen:
         source = cell_source(by_id[cid])
-        run = await run_cell(source, ctx.python_namespace, kernel, ctx.cancel, ctx.config.notebook_run_timeout_sec)
+        await show.running(cid, [])
+        run = await run_cell(source, ctx.python_namespace, kernel, ctx.cancel, ctx.config.notebook_run_timeout_sec,
+                             show.progress(cid))
         runs.append((cid, run))
         ran[cid] = source_hash(source)
         kernel.ran(cid, run.number, source, run.error)
+        await show.ended(cid, run)
         if run.error is not None:
             break
     notes: list[str] = []
     saved = False
     if loaded.live:
-        notes.append("(run from the notebook open in JupyterLab; its cells do not show these outputs: SOBA's "
-                     "JupyterLab extension cannot set a cell's outputs yet, and the file is not written under it)")
+        notes.append(show.note())
     elif runs:
         saved, note = await asyncio.to_thread(_save, ctx, loaded, runs)
         notes.append(note)
@@ -233,6 +285,7 @@ async def _notebook_run(args: dict[str, Any], ctx: ToolContext) -> ToolResult:
     failed = last is not None and (last.error is not None or bool(last.stopped))
     cells = tuple(f"{loaded.shown}#{cid}" for cid, _ in runs)
     data: dict[str, Any] = {"path": loaded.shown, "ran": [cid for cid, _ in runs], "live": loaded.live,
+                            "shown_live": list(show.shown),
                             "files_changed": FileChanges(modified=cells if saved else ()).to_json(),
                             "cell_runs": cell_runs(loaded.shown, runs)}
     if last is not None and last.stopped == "cancelled":

@@ -9,12 +9,16 @@ display formatter also adds a DataFrame's shape and dtypes to its output's metad
 (:func:`~soba_notebook.agent.table_facts.table_metadata`), for a trailing ``df`` as for
 ``display(df)``: the model is then given them, which the mime bundle does not hold.
 
-Execution counts: the shell's ``execution_count`` is the running cell's number while a cell runs
-(IPython adds one when it ends) and the next cell's number while the kernel is idle. So an agent
-run takes the idle kernel's next number and moves it on; while a cell runs (a foreground ``%soba``,
-or a user's cell during a background turn) it takes the number after the running cell's. The
-running cell then ends one number later (its reply's count), and the user's next cell continues
-the sequence: no number is used twice. The runs join the kernel's history
+Execution counts: an idle kernel's ``execution_count`` is the next cell's number, so an agent run
+takes it and moves it on. While a cell runs (a foreground ``%soba``, or a user's cell during a
+background turn) the running cell's reply will carry the counter's value at its end less one, and
+the counter then is either the running cell's number (older IPython adds one when a cell
+ends) or already one past it (IPython 9.x since late 2025 adds it when the cell starts; its displayhook's
+``prompt_count`` then trails ``execution_count`` by one, which is how the two are told apart). An
+agent run during a running cell takes the number after the running cell's (the next run in that
+cell the one after that) and moves the counter so the running cell's reply lands one past the
+agent's last run: ``%soba`` as [2], the cells it ran [3] and [4], its reply [5], the user's next
+cell [6]; no number is used twice. The runs join the kernel's history
 (:class:`.cell_history.CellHistory`), so ``notebook_read`` lists them with the user's.
 """
 
@@ -74,11 +78,13 @@ class KernelCells:
         self.history = history
         self._lock = threading.Lock()
         self._running = 0  # cells the shell is executing now (pre_run_cell .. post_run_cell)
+        self._moved = False  # an agent run already moved the running cell's reply count
 
     # -- the shell's events (registered with post_run_cell by the extension) ------------------
     def before_cell(self, _info: Any = None) -> None:
         with self._lock:
             self._running += 1
+            self._moved = False
 
     def after_cell(self, _result: Any = None) -> None:
         with self._lock:
@@ -90,11 +96,15 @@ class KernelCells:
 
     def next_count(self) -> int:
         with self._lock:
-            if self._running:
-                self.shell.execution_count += 1
-                return int(self.shell.execution_count)
-            number = int(self.shell.execution_count)
-            self.shell.execution_count = number + 1
+            counter = int(self.shell.execution_count)
+            if not self._running:
+                self.shell.execution_count = counter + 1
+                return counter
+            counts_first = _counts_at_start(self.shell)
+            reply = counter - 1 if counts_first else counter  # what the running cell's reply would say
+            number = reply if self._moved else reply + 1  # never the running cell's own number
+            self.shell.execution_count = counter + (1 if self._moved else 2)
+            self._moved = True
             return number
 
     def result_data(self, value: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -130,6 +140,14 @@ class KernelCells:
         outcome = "ok" if error is None else f"{error.get('ename')}: {error.get('evalue')}"
         trace = "" if error is None else "\n".join(str(line) for line in error.get("traceback") or ())
         self.history.record_run(number, cell_id, source, outcome, trace)
+
+
+def _counts_at_start(shell: Any) -> bool:
+    """Whether this IPython adds one to ``execution_count`` when a cell starts (module docstring)."""
+    try:
+        return int(shell.displayhook.prompt_count) == int(shell.execution_count) - 1
+    except (AttributeError, TypeError, ValueError):
+        return False
 
 
 def _flush_inline_figures() -> None:

@@ -8,6 +8,12 @@ document with the same :func:`~soba_notebook.agent.notebook_doc.apply_edit` the 
 (ids, validation, the diff) and sends the front end one cell operation, which it applies to the
 open model (so no file changes under JupyterLab: no "File Changed" dialog, no lost unsaved edits,
 and JupyterLab's own undo takes it back) and marks the cell until the user touches it.
+``notebook_run`` runs the open document's cells in this kernel and :meth:`LiveNotebooks.show_run`
+sends each cell's state to the front end (``outputs``: "running" with its outputs so far, none at
+first; then "done" with its execution count and nbformat outputs), which sets them on the open cell
+as JupyterLab does after its own run: unsaved, like an edit. The kernel runs the cell, not the
+front end, because a front end's Run would queue behind the busy ``%soba`` cell of a foreground
+turn, which waits for it.
 
 ``None`` from :meth:`read`/:meth:`apply` means "not open in a live JupyterLab": the tools use the
 file, and :meth:`fallback_note` says why, once per reason and path. An edit of a notebook that *is*
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +59,7 @@ class LiveNotebooks:
         self._request: Request = request if request is not None else FrontEndChannel().request
         self._said: set[str] = set()
         self._pending: dict[str, str] = {}  # path -> why the last call fell back to the file
+        self._matched: dict[str, str] = {}  # path -> the path the front end knows it by (last read)
         self._lock = threading.Lock()
 
     # -- NotebookDocuments ---------------------------------------------------------------------
@@ -92,6 +99,18 @@ class LiveNotebooks:
                             f"read it again with notebook_read; nothing was changed")
         return result
 
+    def show_run(self, path: Path, cell_id: str, number: int | None, outputs: Sequence[Mapping[str, Any]]) -> str:
+        with self._lock:
+            known = self._matched.get(str(path), str(path))
+        state: dict[str, Any] = {"state": "running"} if number is None else {"state": "done", "execution_count": number}
+        reply = self._request({"op": "outputs", "path": known, "home": str(Path.home()), "cell_id": cell_id,
+                               "outputs": [dict(o) for o in outputs], **state})
+        if reply.data is None:
+            return reply.reason
+        if not reply.data.get("found"):
+            return f"{path.name} is no longer open in JupyterLab"
+        return "" if reply.data.get("ok") else str(reply.data.get("error") or "no reason given")
+
     # -- the fallback note ---------------------------------------------------------------------
 
     def fallback_note(self, path: Path) -> str | None:
@@ -126,6 +145,7 @@ class LiveNotebooks:
             return None
         with self._lock:
             self._pending.pop(str(path), None)
+            self._matched[str(path)] = wanted
         return {**reply.data, "matched": wanted}
 
 

@@ -90,12 +90,13 @@ def _shoot(notebook: LabNotebook, index: int, name: str) -> Path:
     return notebook.screenshot(ARTIFACTS / name)
 
 
-def test_the_agent_edits_the_open_notebook_in_place_during_a_foreground_turn(
-        tmp_path: Path, fake_server: FakeServer) -> None:
+def live_lab_root(tmp_path: Path, fake_server: FakeServer, tools: dict[str, Any]) -> Path:
+    """The Lab root (``tmp_path/lab-root``) of a project whose model is ``fake_server`` with ``tools``
+    settings, for a JupyterLab that has SOBA's extension and never autosaves (so the file on disk
+    shows whether anything but the user wrote it); fails with the install instruction without a browser."""
     _require_browser()
     # SOBA's extension where this private JupyterLab finds user extensions (JUPYTER_DATA_DIR)
     shutil.copytree(BUILD_DIR, tmp_path / "lab-state" / "data" / "labextensions" / NAME)
-    # no autosave, so the file on disk shows whether anything but the user ever wrote it
     docmanager = tmp_path / "lab-state" / "lab-settings" / "@jupyterlab" / "docmanager-extension"
     docmanager.mkdir(parents=True)
     (docmanager / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}))
@@ -103,9 +104,14 @@ def test_the_agent_edits_the_open_notebook_in_place_during_a_foreground_turn(
     (root / ".soba").mkdir(parents=True)
     (root / ".soba" / "config.json").write_text(json.dumps({"model": {
         "provider": "openai", "model": "gpt-4o-mini", "baseUrl": fake_server.openai_base_url,
-        "apiKeyEnv": "SOBA_TEST_KEY", "contextWindow": 128000, "maxOutputTokens": 4000},
-        # the quickstart's own `%soba approval never` cell is skipped here (its setup cell too)
-        "tools": {"approval": "never"}}))
+        "apiKeyEnv": "SOBA_TEST_KEY", "contextWindow": 128000, "maxOutputTokens": 4000}, "tools": tools}))
+    return root
+
+
+def test_the_agent_edits_the_open_notebook_in_place_during_a_foreground_turn(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    # the quickstart's own `%soba approval never` cell is skipped here (its setup cell too)
+    root = live_lab_root(tmp_path, fake_server, {"approval": "never"})
     fake_server.handler = _model
     home = tmp_path / "home"
     home.mkdir()

@@ -122,3 +122,31 @@ def test_without_a_front_end_the_tools_use_the_file_say_so_once_and_ask_once(
     assert "no JupyterLab front end with SOBA's extension answered" in notes[0]
     assert cell_source(json.loads(notebook.read_text())["cells"][2]) == "print(total)\n"  # the file was edited
     assert len(listener.requests) == 1  # the silence was remembered: the edit and the second read did not wait
+
+
+def test_notebook_run_during_a_foreground_turn_shows_each_cell_running_then_its_outputs_in_the_open_notebook(
+        live_kernel: tuple[Kernel, Path], fake_server: FakeServer) -> None:
+    kernel, notebook = live_kernel
+    on_disk = notebook.read_bytes()
+    doc = json.loads(on_disk)
+    doc["cells"][1]["source"] = UNSAVED  # total = 10, only in the open document
+    lab = LoopbackLab(kernel.km, {str(notebook): doc})
+    try:
+        fake_server.handler = _script({"name": "notebook_read", "arguments": {}},
+                                      {"name": "notebook_run", "arguments": {"scope": "all"}})
+        reply, _ = run_cell(kernel.kc, "%soba run the notebook")
+        assert reply["status"] == "ok"
+    finally:
+        lab.close()
+    texts = _tool_texts(fake_server.requests[-1].body)
+    assert "its cells show these outputs, unsaved" in texts[1], texts[1]
+    first = next(number for _, state, number in lab.runs if state == "done")
+    # the main shell was busy with the %soba cell all along: each state reached the front end during the turn
+    assert lab.runs == [("setup", "running", None), ("setup", "done", first), ("show", "running", None),
+                        ("show", "done", first + 1)], lab.runs
+    cells = lab.documents[str(notebook)]["cells"]
+    assert cells[1]["outputs"] == [] and cells[1]["execution_count"] == first
+    assert cells[2]["outputs"] == [{"output_type": "stream", "name": "stdout", "text": "10\n"}]  # the open document ran
+    assert cells[2]["execution_count"] == first + 1
+    assert reply["execution_count"] == first + 2  # the %soba cell's own count comes after its runs, never one of them
+    assert notebook.read_bytes() == on_disk  # the file under the open notebook was never written

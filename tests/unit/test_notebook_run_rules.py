@@ -1,11 +1,16 @@
-"""``notebook_run``'s pure rules: which cells each scope chooses, and that it asks like ``python``."""
+"""``notebook_run``'s rules: which cells each scope chooses, that it asks like ``python``, and that a
+running cell reports its outputs so far (what a live front end shows)."""
 
 from __future__ import annotations
+
+import asyncio
+import threading
 
 import nbformat
 import pytest
 
 from soba_notebook.agent.approval import Rule, needs_approval, suggested_rules
+from soba_notebook.agent.cell_exec import PlainCells, run_cell
 from soba_notebook.agent.notebook_doc import source_hash
 from soba_notebook.agent.notebook_run import select_cells
 from soba_notebook.errors import ToolError
@@ -53,3 +58,22 @@ def test_notebook_run_asks_like_python_and_the_python_rule_covers_it() -> None:
     assert not needs_approval("never", "none", (), "notebook_run", args)
     assert suggested_rules("notebook_run", args) == (Rule("python", "*"),)
     assert not needs_approval("ask", "none", (Rule("python", "*"),), "notebook_run", args)
+
+
+def test_a_running_cell_reports_its_outputs_so_far_before_it_ends() -> None:
+    """``run_cell``'s ``progress`` sees what the cell printed while it still runs (the live front end
+    shows it), then the run's own outputs are the whole; the cell waits on the progress to go on."""
+    seen: list[list[dict[str, object]]] = []
+    go_on = threading.Event()
+
+    async def progress(outputs: list[dict[str, object]]) -> None:
+        seen.append(outputs)
+        if any("step 1" in str(o.get("text")) for o in outputs):
+            go_on.set()
+
+    source = ("print('step 1')\nif not go_on.wait(60):\n    raise TimeoutError('no progress was reported')\n"
+              "print('step 2')")
+    run = asyncio.run(run_cell(source, {"go_on": go_on}, PlainCells(), progress=progress, every=0.05))
+    assert run.error is None, run.outputs
+    assert seen[0] == [{"output_type": "stream", "name": "stdout", "text": "step 1\n"}], seen
+    assert run.outputs == [{"output_type": "stream", "name": "stdout", "text": "step 1\nstep 2\n"}]
