@@ -2,7 +2,7 @@
 
 Run from the repository root (PYTHONPATH=.: its package is the one imported):
     PYTHONPATH=. .venv/bin/python bench/continuity.py [FOLDER_OR_FILE ...] [--windows 16000/2000/3000,24000/4000/6000]
-        [--limit N] [--summarizer offline|inventive|both]
+        [--limit N] [--summarizer offline|inventive|both] [--per-transcript] [--no-pi]
 
 Every transcript found (pi sessions, mini-swe-agent and SWE-agent trajectories, SOBA sessions;
 default: ../shared/data/transcripts beside the checkout) is replayed through the real
@@ -35,12 +35,14 @@ an invented modified file and a next step naming an invented test file, so the d
 columns demonstrably catch invention. The real small model on the two local servers is the
 ``realmodel`` test tier (tests/test_continuity_realmodel.py), which uses :func:`measure_replay` too.
 
-**pi's rule** (its file lists come from its tool calls): pi records a compaction's ``modifiedFiles``
+**pi's rules** (its file lists come from its tool calls): pi records a compaction's ``modifiedFiles``
 from the paths of its ``write`` and ``edit`` tool calls over the summarized messages, rolled from
-compaction to compaction, and its summary text is written by a model. pi's own code is not installed
-here (bench/install-pi.sh needs the npm registry), so :func:`pi_modified_files` applies that
-documented rule to the same prefixes: a re-implementation of the *measure*, not of pi's code. Only
-the files-modified recall can be reproduced that way; pi's other fields are model text.
+compaction to compaction, and its summary text is written by a model. When bench/install-pi.sh has
+installed pi's code, bench/pi_continuity.py replays every transcript whose agent used pi's file
+tools through pi's own cut point and file lists (one row per window, its model-text columns "not
+reproduced"); ``--no-pi`` leaves it out, and without pi the output says why. The last column,
+:func:`pi_modified_files`, applies pi's rule to SOBA's own prefixes (a re-implementation of the
+measure, which needs no node): on pi's prefixes the two agree.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -138,6 +140,9 @@ class ReplayScore:
     thrown_away_seconds: float = 0.0
     replay_seconds: float = 0.0
     flight: tuple[dict[str, object], ...] = field(default=())
+    #: False for pi's rows: their checks, errors, constraints, request and summaries are model text,
+    #: not reproduced (bench/pi_continuity.py)
+    model_text: bool = True
 
 
 def _paths(items: Iterable[str]) -> set[str]:
@@ -301,11 +306,28 @@ def _fields(counts: Iterable[dict[str, int]]) -> str:
     return ", ".join(f"{k} {n}" for k, n in sorted(total.items())) or "0"
 
 
+NOT_REPRODUCED = "not reproduced (model text)"
+
+
+def _model_cells(group: Sequence[ReplayScore], caps: Sequence[CapsuleScore]) -> list[str]:
+    """The cells that measure a summary's text (checks, open errors, constraints, latest request)
+    and the summaries thrown away: ``not reproduced`` for pi's rows, which call no model."""
+    if not all(r.model_text for r in group):
+        return [NOT_REPRODUCED] * 4 + ["not reproduced (model calls)"]
+    latest = [c.latest_request for c in caps if c.latest_request is not None]
+    return [_pooled(c.checks for c in caps), _pooled(c.open_errors for c in caps),
+            _pooled(c.constraints for c in caps),
+            f"{100 * sum(latest) / len(latest):.0f}% ({len(latest):,})" if latest else "–",
+            f"{sum(r.thrown_away for r in group)}, {sum(r.thrown_away_tokens for r in group):,}, "
+            f"{sum(r.thrown_away_seconds for r in group):.1f}"]
+
+
 def table(rows: Sequence[ReplayScore]) -> str:
     """Markdown: one line per (summarizer, window) over all transcripts, capsules pooled."""
     head = ("| summarizer | window/out/keep | transcripts (≥3 compactions) | capsules | files modified | "
             "checks + status | open errors | constraints quoted | latest request | ungrounded dropped / capsule "
-            "| ungrounded held / capsule | thrown away (n, tokens, s) | pi rule: files modified (unsupported) |")
+            "| ungrounded held / capsule | thrown away (n, tokens, s) | pi rule re-implemented: files modified "
+            "(unsupported) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     groups: dict[tuple[str, tuple[int, int, int]], list[ReplayScore]] = {}
     for r in rows:
@@ -313,35 +335,31 @@ def table(rows: Sequence[ReplayScore]) -> str:
     for (label, window), group in groups.items():
         caps = [c for r in group for c in r.capsules]
         n = max(len(caps), 1)
-        latest = [c.latest_request for c in caps if c.latest_request is not None]
-        latest_cell = f"{100 * sum(latest) / len(latest):.0f}% ({len(latest):,})" if latest else "–"
+        checks, errors, constraints, latest, thrown = _model_cells(group, caps)
         dropped = sum(sum(c.dropped.values()) for c in caps)
         held = sum(sum(c.held.values()) for c in caps)
         lines.append(
             f"| {label} | {window[0]:,}/{window[1]:,}/{window[2]:,} | {len(group)} "
             f"({sum(len(r.capsules) >= 3 for r in group)}) | {len(caps):,} "
-            f"| {_pooled(c.files_modified for c in caps)} | {_pooled(c.checks for c in caps)} "
-            f"| {_pooled(c.open_errors for c in caps)} | {_pooled(c.constraints for c in caps)} "
-            f"| {latest_cell} | {dropped / n:.2f} ({_fields(c.dropped for c in caps)}) "
-            f"| {held / n:.2f} ({_fields(c.held for c in caps)}) "
-            f"| {sum(r.thrown_away for r in group)}, {sum(r.thrown_away_tokens for r in group):,}, "
-            f"{sum(r.thrown_away_seconds for r in group):.1f} "
+            f"| {_pooled(c.files_modified for c in caps)} | {checks} | {errors} | {constraints} | {latest} "
+            f"| {dropped / n:.2f} ({_fields(c.dropped for c in caps)}) "
+            f"| {held / n:.2f} ({_fields(c.held for c in caps)}) | {thrown} "
             f"| {_pooled(c.pi_files_modified for c in caps)} ({sum(c.pi_unsupported_files for c in caps)}) |")
     return "\n".join(lines)
 
 
 def per_transcript(rows: Sequence[ReplayScore]) -> str:
     head = ("| transcript | summarizer | window | capsules | files | checks | open errors | constraints | latest "
-            "| pi files |")
+            "| held | pi files |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         c = r.capsules
+        checks, errors, constraints, latest, _ = _model_cells([r], c)
+        if r.model_text:
+            latest = _mean(float(x.latest_request) if x.latest_request is not None else None for x in c)
         lines.append(f"| {r.name} | {r.summarizer} | {r.window[0]:,} | {len(c)} "
-                     f"| {_pooled(x.files_modified for x in c)} "
-                     f"| {_pooled(x.checks for x in c)} | {_pooled(x.open_errors for x in c)} "
-                     f"| {_pooled(x.constraints for x in c)} "
-                     f"| {_mean(float(x.latest_request) if x.latest_request is not None else None for x in c)} "
-                     f"| {_pooled(x.pi_files_modified for x in c)} |")
+                     f"| {_pooled(x.files_modified for x in c)} | {checks} | {errors} | {constraints} | {latest} "
+                     f"| {_fields(x.held for x in c)} | {_pooled(x.pi_files_modified for x in c)} |")
     return "\n".join(lines)
 
 
@@ -354,6 +372,29 @@ def _window(text: str) -> tuple[int, int, int]:
     return context, output, keep
 
 
+def _pi_rows(found: Sequence[Path], windows: Sequence[tuple[int, int, int]], name: Callable[[Path], str],
+             rows: list[ReplayScore]) -> str:
+    """Append pi's rows (bench/pi_continuity.py) to ``rows``; what was and was not reproduced."""
+    import pi_continuity  # beside this file; it imports this module
+
+    reason = pi_continuity.pi_skip_reason()
+    if reason is not None:
+        return f"pi rules: not run: {reason}"
+    skipped: set[str] = set()
+    for window in windows:
+        for path in found:
+            row = pi_continuity.pi_row(path, window, name(path))
+            if row is None:
+                skipped.add(name(path))
+                continue
+            rows.append(row)
+            print(f"{row.summarizer} {window[0]:>6} {len(row.capsules):>3} compactions {row.name}", file=sys.stderr,
+                  flush=True)
+    return (f"pi rules: run on {len(found) - len(skipped)} of {len(found)} transcripts; the other {len(skipped)} "
+            f"have no pi read/write/edit call with a path (their agents used bash, str_replace_editor …), so pi's "
+            f"file lists would be empty by construction: not reproduced there")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("folders", nargs="*", type=Path, help=f"transcript folders or files (default: {SHARED})")
@@ -363,23 +404,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="at most this many transcripts (largest first)")
     parser.add_argument("--summarizer", choices=("offline", "inventive", "both"), default="both")
     parser.add_argument("--per-transcript", action="store_true", help="also print one line per replay")
+    parser.add_argument("--no-pi", action="store_true", help="leave out pi's rules (bench/pi_continuity.py)")
     args = parser.parse_args(argv)
     found = transcripts(args.folders or [SHARED])
     if args.limit is not None:
         found = sorted(found, key=lambda p: -p.stat().st_size)[:args.limit]
     labels = ["offline", "inventive"] if args.summarizer == "both" else [args.summarizer]
     rows = []
+
+    def name(path: Path) -> str:
+        return os.path.relpath(path, args.folders[0] if len(args.folders) == 1 and args.folders[0].is_dir()
+                               else path.parent)
+
     for label in labels:
         for window in args.windows:
             for path in found:
                 summarizer = InventiveSummarizer() if label == "inventive" else None
-                row = run_one(path, window, summarizer, label,
-                              name=os.path.relpath(path, args.folders[0] if len(args.folders) == 1 and
-                                                   args.folders[0].is_dir() else path.parent))
+                row = run_one(path, window, summarizer, label, name=name(path))
                 rows.append(row)
                 print(f"{label} {window[0]:>6} {len(row.capsules):>3} capsules {row.replay_seconds:5.1f}s {row.name}",
                       file=sys.stderr, flush=True)
+    pi_note = None if args.no_pi else _pi_rows(found, args.windows, name, rows)
     print(table(rows))
+    if pi_note:
+        print(f"\n{pi_note}")
     if args.per_transcript:
         print()
         print(per_transcript(rows))
