@@ -19,7 +19,9 @@ extractor run on that whole prefix (:func:`~soba_notebook.compaction.extract.ext
   failing (in its checks or a blocker naming the command);
 * **constraints**: share of the user's messages after the first (clipped as the extractor clips a
   correction) that a capsule constraint quotes (normalised text, :func:`~soba_notebook.compaction.claims.normalise`);
-* **latest request**: the capsule's ``latestRequest`` equals the prefix's latest user request, verbatim;
+* **latest request**: the latest user request at the compaction is still there verbatim: the
+  capsule's ``latestRequest`` equals the prefix's, or the retained tail shows a newer one (the
+  capsule then leaves it out, docs/CAPSULE_FORMAT.md);
 * **ungrounded, dropped**: what the engine's grounding dropped from the summarizer's capsule, per
   field (the capsule entry's ``ungroundedByField``);
 * **ungrounded, held**: claims the stored capsule still holds that the prefix does not support:
@@ -27,7 +29,8 @@ extractor run on that whole prefix (:func:`~soba_notebook.compaction.extract.ext
   files and checks the prefix's facts do not support, decisions/blockers/next steps naming what the
   prefix never shows; :func:`held_unsupported` lists them per field;
 * **thrown away**: summaries generated and then not used (flight records: ``generated`` and an
-  outcome other than ``completed``), their count, estimated tokens (input + output) and time.
+  outcome other than ``completed``, or ``summaryUsed`` false: the local deterministic capsule was
+  appended instead), their count, estimated tokens (input + output) and time.
 
 Summarizers: ``offline`` is the engine without a model (the deterministic capsule); ``inventive``
 is a NEGATIVE CONTROL, not a product: the deterministic capsule plus an invented user constraint,
@@ -204,8 +207,10 @@ def held_unsupported(capsule: Capsule, prefix: Sequence[Entry]) -> dict[str, int
 
 
 def score_capsule(capsule: Capsule, prefix: Sequence[Entry], *, quality: str = "ok",
-                  dropped: dict[str, int] | None = None, held: bool = True) -> CapsuleScore:
-    """``capsule`` measured against ``prefix``, the whole history it replaced."""
+                  dropped: dict[str, int] | None = None, held: bool = True, tail: Sequence[Entry] = ()) -> CapsuleScore:
+    """``capsule`` measured against ``prefix``, the whole history it replaced. ``tail``: the entries
+    kept verbatim after it, up to the compaction; the latest user request counts as carried when
+    the capsule quotes it or the tail shows it (the capsule then leaves it out: docs/CAPSULE_FORMAT.md)."""
     facts = extract_facts(prefix)
     truth_files = _paths(facts.files_modified)
     kept_files = _paths(capsule.files_modified)
@@ -216,6 +221,7 @@ def score_capsule(capsule: Capsule, prefix: Sequence[Entry], *, quality: str = "
     quoted = normalise(" ".join(capsule.constraints))
     wanted = quoted_constraints(prefix)
     users = user_messages(prefix)
+    in_tail = bool(user_messages(tail))
     pi_files = _paths(pi_modified_files(prefix))
     return CapsuleScore(
         prefix_entries=len(prefix), quality=quality,
@@ -223,7 +229,7 @@ def score_capsule(capsule: Capsule, prefix: Sequence[Entry], *, quality: str = "
         checks=Recall(sum(checks.get(c) == s for c, s in truth_checks), len(truth_checks)),
         open_errors=Recall(sum(checks.get(c) == "failed" or c in blockers for c in failing), len(failing)),
         constraints=Recall(sum(w in quoted for w in wanted), len(wanted)),
-        latest_request=(capsule.latest_request == latest_request(users[-1])) if users else None,
+        latest_request=True if in_tail else (capsule.latest_request == latest_request(users[-1])) if users else None,
         dropped=dict(dropped or {}), held=held_unsupported(capsule, prefix) if held else {},
         pi_files_modified=Recall(len(truth_files & pi_files), len(truth_files)),
         pi_unsupported_files=len(pi_files - truth_files))
@@ -243,17 +249,27 @@ def measure_replay(source: Sequence[Entry], result: SimulationResult,
     """Each capsule of ``result`` scored against its prefix of ``source``, and the summaries thrown
     away according to the ``flight`` records: (scores, count, tokens, seconds)."""
     scores = []
+    ids = {e.id: i for i, e in enumerate(source) if e.id is not None}
     for capsule, entry in zip(result.capsules, result.capsule_entries, strict=True):
         end = _prefix_end(source, capsule, entry.data.get("firstKeptEntryId"))
+        moment = ids.get(entry.parent_id, end - 1) if entry.parent_id is not None else end - 1  # the leaf then
         by_field = entry.data.get("ungroundedByField") or {}
         scores.append(score_capsule(capsule, source[:end], quality=str(entry.data.get("quality")),
-                                    dropped={str(k): int(v) for k, v in dict(by_field).items()}))
+                                    dropped={str(k): int(v) for k, v in dict(by_field).items()},
+                                    tail=source[end:moment + 1]))
+    return (tuple(scores), *thrown_away(flight))
+
+
+def thrown_away(flight: Sequence[dict[str, object]]) -> tuple[int, int, float]:
+    """The model summaries generated and then not used, per the ``compaction`` flight records: nothing
+    appended, or the local deterministic capsule appended instead (``summaryUsed`` false). Their
+    count, estimated tokens (request input + summary output) and time (the compactions' durations, s)."""
     wasted = [r for r in flight if r.get("kind") == "compaction" and r.get("generated")
-              and r.get("outcome") != "completed"]
+              and (r.get("outcome") != "completed" or r.get("summaryUsed") is False)]
     tokens = sum(int(str(r.get("summaryInputTokens") or 0)) + int(str(r.get("summaryOutputTokens") or 0))
                  for r in wasted)
     seconds = sum(int(str(r.get("duration_ms") or 0)) for r in wasted) / 1000
-    return tuple(scores), len(wasted), tokens, seconds
+    return len(wasted), tokens, seconds
 
 
 def run_one(path: Path, window: tuple[int, int, int], summarizer: Summarizer | None, label: str,
@@ -380,12 +396,12 @@ def _pi_rows(found: Sequence[Path], windows: Sequence[tuple[int, int, int]], nam
     reason = pi_continuity.pi_skip_reason()
     if reason is not None:
         return f"pi rules: not run: {reason}"
-    skipped: set[str] = set()
+    skipped: set[Path] = set()
     for window in windows:
         for path in found:
             row = pi_continuity.pi_row(path, window, name(path))
             if row is None:
-                skipped.add(name(path))
+                skipped.add(path)
                 continue
             rows.append(row)
             print(f"{row.summarizer} {window[0]:>6} {len(row.capsules):>3} compactions {row.name}", file=sys.stderr,
