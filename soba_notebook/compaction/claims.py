@@ -264,10 +264,11 @@ def _as_pattern(glob: str) -> re.Pattern[str]:
 
 
 def _word_shown(word: str, history: str) -> bool:
-    """Whether the history shows a command's ``word``: as written; as the path it names (without
+    """Whether the history shows a command's ``word``: as written (or with its backslashes doubled,
+    as a tool call's JSON arguments hold them); as the path it names (without
     ``./`` or a trailing ``/``, or ``~/`` as any home: ``/.config/x``), standing alone; or, for a
     glob or pattern (``test_*``, ``*.py``, ``foo.*bar``), something the history holds matches it."""
-    if word in history:
+    if word in history or ("\\" in word and word.replace("\\", "\\\\") in history):  # as JSON escapes it
         return True
     path = word.removeprefix("./").rstrip("/")
     if path.startswith("~/"):

@@ -17,7 +17,7 @@ from soba_notebook.session import Entry, ToolCall, assistant_message, tool_resul
 
 RAN = ("pytest -k \"test_*\" -q", "ls \"*.py\" src", "rg \"foo.*bar\" src", "rg 'def parse_rows' src/",
        "./run.sh --fast", "cat ~/.config/app/settings.toml", "pytest tests/test_parser.py::test_empty -q",
-       "python3 -m pytest tests/test_parser.py")
+       "python3 -m pytest tests/test_parser.py", "rg \"parse_rows\\(\" src")
 FILES = ("src/parser.py", "src/app.py", "tests/test_parser.py", "/tmp/report.csv")
 
 
@@ -51,6 +51,7 @@ def _history() -> str:
     "Fix `src/parser.py:40` (the empty-row branch).",
     "Write the summary to /tmp/report.csv.",
     "Look at `ls src/[ap]*.py` again",  # a glob set
+    "Search with `rg 'parse_rows\\(' src/`",  # a backslash, doubled in the history's JSON
 ])
 def test_a_command_or_path_the_history_shows_is_grounded_however_it_is_quoted_or_punctuated(item: str) -> None:
     assert unsupported_mentions(item, _history()) == ()
