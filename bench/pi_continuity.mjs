@@ -2,8 +2,10 @@
 //
 // Nothing of pi is copied here: every decision is an export of the installed
 // @mariozechner/pi-coding-agent (bench/install-pi.sh puts it in build/pi-bench/):
-//   when      shouldCompact(estimateContextTokens(buildSessionContext(path).messages).tokens,
-//             contextWindow, settings), asked after every assistant message, as pi's agent does
+//   when      as pi's AgentSession does: at the end of each agent run (an assistant message that
+//             calls no tool) and before each new prompt, "threshold": shouldCompact(context tokens,
+//             contextWindow, settings); and mid-run, "overflow": a request whose context no longer
+//             fits contextWindow (the provider would refuse it; pi compacts and retries)
 //   where     prepareCompaction(path, settings): pi's cut point (findCutPoint, keepRecentTokens)
 //             and its file operations over the summarized messages, rolled from the previous
 //             compaction's details
@@ -16,7 +18,7 @@
 //
 // Usage: node bench/pi_continuity.mjs --pkg build/pi-bench --context N --reserve N --keep N FILE
 // FILE holds one pi message entry per line (type "message", id; parentId is set here, in order).
-// Prints one JSON object: {"version", "settings", "compactions": [{afterEntryId, firstKeptEntryId,
+// Prints one JSON object: {"version", "settings", "compactions": [{reason, afterEntryId, firstKeptEntryId,
 // isSplitTurn, tokensBefore, tokensAfter, summarizedMessages, readFiles, modifiedFiles}]}.
 
 import { readFileSync } from "node:fs";
@@ -56,23 +58,32 @@ async function main() {
   const compactions = [];
   const contextTokens = () => compaction.estimateContextTokens(pi.buildSessionContext(path).messages).tokens;
   const append = (entry) => path.push({ ...entry, parentId: path.length ? path[path.length - 1].id : null });
-  for (const entry of entries) {
-    append(entry);
-    if (entry.type !== "message" || entry.message.role !== "assistant") continue;
-    if (!compaction.shouldCompact(contextTokens(), args.context, settings)) continue;
+  const compact = (reason) => {
     const prep = compaction.prepareCompaction(path, settings);
-    if (!prep) continue;
+    if (!prep) return; // nothing to compact: the last entry is a compaction already
     const { readFiles, modifiedFiles } = utils.computeFileLists(prep.fileOps);
+    const leaf = path[path.length - 1];
     append({
-      type: "compaction", id: `pi-compaction-${compactions.length + 1}`, timestamp: entry.timestamp,
+      type: "compaction", id: `pi-compaction-${compactions.length + 1}`, timestamp: leaf.timestamp,
       summary: utils.formatFileOperations(readFiles, modifiedFiles), firstKeptEntryId: prep.firstKeptEntryId,
       tokensBefore: prep.tokensBefore, details: { readFiles, modifiedFiles },
     });
     compactions.push({
-      afterEntryId: entry.id, firstKeptEntryId: prep.firstKeptEntryId, isSplitTurn: prep.isSplitTurn,
+      reason, afterEntryId: leaf.id, firstKeptEntryId: prep.firstKeptEntryId, isSplitTurn: prep.isSplitTurn,
       tokensBefore: prep.tokensBefore, tokensAfter: contextTokens(),
       summarizedMessages: prep.messagesToSummarize.length + prep.turnPrefixMessages.length, readFiles, modifiedFiles,
     });
+  };
+  const threshold = () => {
+    if (path.length && compaction.shouldCompact(contextTokens(), args.context, settings)) compact("threshold");
+  };
+  for (const entry of entries) {
+    const role = entry.type === "message" ? entry.message.role : null;
+    if (role === "user") threshold(); // before a new prompt
+    if (role === "assistant" && path.length && contextTokens() > args.context) compact("overflow");
+    append(entry);
+    const calls = role === "assistant" ? entry.message.content.filter((b) => b.type === "toolCall") : [];
+    if (role === "assistant" && calls.length === 0) threshold(); // agent_end
   }
   process.stdout.write(`${JSON.stringify({ version, node: process.version, settings, compactions })}\n`);
 }

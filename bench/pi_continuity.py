@@ -2,10 +2,12 @@
 
 bench/continuity.py measures what SOBA's capsules keep; this module gives it pi's rows. pi's code
 (``@mariozechner/pi-coding-agent``, installed by bench/install-pi.sh, never committed) decides,
-under node (bench/pi_continuity.mjs), when to compact (``shouldCompact`` on its own chars/4
-estimate), where to cut (``prepareCompaction``: ``findCutPoint`` with ``keepRecentTokens``) and
-which files a compaction lists (``computeFileLists`` over its ``read``/``write``/``edit`` tool
-calls, rolled from the previous compaction's ``details``). Each pi compaction is then scored with
+under node (bench/pi_continuity.mjs), when to compact (as its agent session does: ``shouldCompact``
+on its own chars/4 estimate at the end of each agent run and before each prompt, and on overflow
+when a request mid-run no longer fits the window), where to cut (``prepareCompaction``:
+``findCutPoint`` with ``keepRecentTokens``) and which files a compaction lists
+(``computeFileLists`` over its ``read``/``write``/``edit`` tool calls, rolled from the previous
+compaction's ``details``). Each pi compaction is then scored with
 :func:`continuity.score_capsule` against the whole history before its first kept entry, like a
 SOBA capsule: files modified recall, and its files read/modified beyond the facts as held
 unsupported claims.
@@ -52,6 +54,8 @@ class PiCompaction:
     """One compaction pi's rules made: the first entry it keeps, and the file lists of its details."""
 
     first_kept_id: str
+    #: ``threshold`` (after a run or before a prompt) or ``overflow`` (a request past the window, mid-run)
+    reason: str
     is_split_turn: bool
     tokens_before: int
     tokens_after: int
@@ -116,8 +120,9 @@ def run_pi_rules(source: Sequence[Entry], window: tuple[int, int, int], *, node:
         raise SystemExit(f"bench/pi_continuity.mjs failed ({done.returncode}): {done.stderr.strip()}")
     result = json.loads(done.stdout)
     return str(result["version"]), tuple(
-        PiCompaction(c["firstKeptEntryId"], bool(c["isSplitTurn"]), int(c["tokensBefore"]), int(c["tokensAfter"]),
-                     tuple(c["readFiles"]), tuple(c["modifiedFiles"])) for c in result["compactions"])
+        PiCompaction(c["firstKeptEntryId"], str(c["reason"]), bool(c["isSplitTurn"]), int(c["tokensBefore"]),
+                     int(c["tokensAfter"]), tuple(c["readFiles"]), tuple(c["modifiedFiles"]))
+        for c in result["compactions"])
 
 
 def score_pi(source: Sequence[Entry], compactions: Sequence[PiCompaction]) -> tuple[CapsuleScore, ...]:

@@ -60,18 +60,18 @@ def test_only_a_history_with_pi_file_tools_is_reproducible() -> None:
 
 def test_pis_lists_are_scored_against_the_history_before_its_first_kept_entry() -> None:
     # kept from e9: the prefix modified src/greet.ts and src/config.ts (src/missing.ts failed)
-    compaction = pi_continuity.PiCompaction("e9", False, 5_000, 1_000, read_files=(),
+    compaction = pi_continuity.PiCompaction("e9", "threshold", False, 5_000, 1_000, read_files=(),
                                             modified_files=("src/config.ts", "src/greet.ts", "src/missing.ts"))
     (score,) = pi_continuity.score_pi(PI_HISTORY, [compaction])
     assert (score.files_modified.found, score.files_modified.expected) == (2, 2)
     assert score.held == {"filesModified": 1}  # pi lists the failed edit's path: unsupported
     assert score.checks.expected == score.constraints.expected == 0 and score.latest_request is None
     with pytest.raises(ValueError, match="'nope'"):
-        pi_continuity.score_pi(PI_HISTORY, [pi_continuity.PiCompaction("nope", False, 0, 0, (), ())])
+        pi_continuity.score_pi(PI_HISTORY, [pi_continuity.PiCompaction("nope", "threshold", False, 0, 0, (), ())])
 
 
 def test_a_pi_row_says_its_model_text_is_not_reproduced() -> None:
-    compaction = pi_continuity.PiCompaction("e9", False, 5_000, 1_000, (), ("src/greet.ts",))
+    compaction = pi_continuity.PiCompaction("e9", "threshold", False, 5_000, 1_000, (), ("src/greet.ts",))
     row = continuity.ReplayScore("t", (4000, 500, 300), "pi rules", 0, pi_continuity.score_pi(PI_HISTORY, [compaction]),
                                  model_text=False)
     line = continuity.table([row]).splitlines()[-1]
