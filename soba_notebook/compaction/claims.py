@@ -246,13 +246,14 @@ def _as_pattern(glob: str) -> re.Pattern[str]:
     out, i = [], 0
     while i < len(glob):
         ch, close = glob[i], glob.find("]", i + 2) if glob[i] == "[" else -1
-        body = glob[i + 1:close].replace("\\", "\\\\") if close != -1 else ""
+        body = "".join(c if c == "-" else re.escape(c) for c in glob[i + 1:close]) if close != -1 else ""
         if ch == "*":
             out.append(f"{_GLOB_CHAR}*")
         elif ch == "?":
             out.append(_GLOB_CHAR)
-        elif body.lstrip("!^"):
-            out.append("[^" + body[1:] + "]" if body[0] in "!^" else "[" + body + "]")
+        elif body.lstrip("!\\^"):  # escaped: ``!`` stays ``!``, ``^`` is ``\^``
+            negated = body.startswith(("!", "\\^"))
+            out.append("[^" + body.removeprefix("!").removeprefix("\\^") + "]" if negated else "[" + body + "]")
             i = close
         else:
             out.append(re.escape(ch))
