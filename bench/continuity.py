@@ -273,12 +273,15 @@ def thrown_away(flight: Sequence[dict[str, object]]) -> tuple[int, int, float]:
 
 
 def run_one(path: Path, window: tuple[int, int, int], summarizer: Summarizer | None, label: str,
-            name: str | None = None) -> ReplayScore:
-    """Replay ``path`` at ``window`` with ``summarizer`` (None: the offline engine) and score it."""
+            name: str | None = None, *, timeout_ms: int | None = None) -> ReplayScore:
+    """Replay ``path`` at ``window`` with ``summarizer`` (None: the offline engine) and score it.
+    ``timeout_ms``: the compaction's ``timeoutMs`` (default 15,000), past which a model's summary is
+    abandoned for the local capsule (a small model on a loaded machine needs longer)."""
     snap = snapshot(path)
     source = list(snap.path)
     context, output, keep = window
-    config = simulation_config({"contextWindow": context, "maxOutputTokens": output, "keepRecentTokens": keep})
+    config = simulation_config({"contextWindow": context, "maxOutputTokens": output, "keepRecentTokens": keep,
+                                **({"timeoutMs": timeout_ms} if timeout_ms is not None else {})})
     with tempfile.TemporaryDirectory() as tmp:
         recorder = FlightRecorder(Path(tmp) / "flight.jsonl")
         start = time.perf_counter()
