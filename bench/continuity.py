@@ -2,7 +2,7 @@
 
 Run from the repository root (PYTHONPATH=.: its package is the one imported):
     PYTHONPATH=. .venv/bin/python bench/continuity.py [FOLDER_OR_FILE ...] [--windows 16000/2000/3000,24000/4000/6000]
-        [--limit N] [--summarizer offline|inventive|both]
+        [--limit N] [--summarizer offline|inventive|both] [--per-transcript] [--no-pi]
 
 Every transcript found (pi sessions, mini-swe-agent and SWE-agent trajectories, SOBA sessions;
 default: ../shared/data/transcripts beside the checkout) is replayed through the real
@@ -19,7 +19,9 @@ extractor run on that whole prefix (:func:`~soba_notebook.compaction.extract.ext
   failing (in its checks or a blocker naming the command);
 * **constraints**: share of the user's messages after the first (clipped as the extractor clips a
   correction) that a capsule constraint quotes (normalised text, :func:`~soba_notebook.compaction.claims.normalise`);
-* **latest request**: the capsule's ``latestRequest`` equals the prefix's latest user request, verbatim;
+* **latest request**: the latest user request at the compaction is still there verbatim: the
+  capsule's ``latestRequest`` equals the prefix's, or the retained tail shows a newer one (the
+  capsule then leaves it out, docs/CAPSULE_FORMAT.md);
 * **ungrounded, dropped**: what the engine's grounding dropped from the summarizer's capsule, per
   field (the capsule entry's ``ungroundedByField``);
 * **ungrounded, held**: claims the stored capsule still holds that the prefix does not support:
@@ -27,7 +29,8 @@ extractor run on that whole prefix (:func:`~soba_notebook.compaction.extract.ext
   files and checks the prefix's facts do not support, decisions/blockers/next steps naming what the
   prefix never shows; :func:`held_unsupported` lists them per field;
 * **thrown away**: summaries generated and then not used (flight records: ``generated`` and an
-  outcome other than ``completed``), their count, estimated tokens (input + output) and time.
+  outcome other than ``completed``, or ``summary_used`` false: the local deterministic capsule was
+  appended instead), their count, estimated tokens (input + output) and time.
 
 Summarizers: ``offline`` is the engine without a model (the deterministic capsule); ``inventive``
 is a NEGATIVE CONTROL, not a product: the deterministic capsule plus an invented user constraint,
@@ -35,12 +38,14 @@ an invented modified file and a next step naming an invented test file, so the d
 columns demonstrably catch invention. The real small model on the two local servers is the
 ``realmodel`` test tier (tests/test_continuity_realmodel.py), which uses :func:`measure_replay` too.
 
-**pi's rule** (its file lists come from its tool calls): pi records a compaction's ``modifiedFiles``
+**pi's rules** (its file lists come from its tool calls): pi records a compaction's ``modifiedFiles``
 from the paths of its ``write`` and ``edit`` tool calls over the summarized messages, rolled from
-compaction to compaction, and its summary text is written by a model. pi's own code is not installed
-here (bench/install-pi.sh needs the npm registry), so :func:`pi_modified_files` applies that
-documented rule to the same prefixes: a re-implementation of the *measure*, not of pi's code. Only
-the files-modified recall can be reproduced that way; pi's other fields are model text.
+compaction to compaction, and its summary text is written by a model. When bench/install-pi.sh has
+installed pi's code, bench/pi_continuity.py replays every transcript whose agent used pi's file
+tools through pi's own cut point and file lists (one row per window, its model-text columns "not
+reproduced"); ``--no-pi`` leaves it out, and without pi the output says why. The last column,
+:func:`pi_modified_files`, applies pi's rule to SOBA's own prefixes (a re-implementation of the
+measure, which needs no node): on pi's prefixes the two agree.
 """
 
 from __future__ import annotations
@@ -52,7 +57,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -138,6 +143,9 @@ class ReplayScore:
     thrown_away_seconds: float = 0.0
     replay_seconds: float = 0.0
     flight: tuple[dict[str, object], ...] = field(default=())
+    #: False for pi's rows: their checks, errors, constraints, request and summaries are model text,
+    #: not reproduced (bench/pi_continuity.py)
+    model_text: bool = True
 
 
 def _paths(items: Iterable[str]) -> set[str]:
@@ -199,8 +207,10 @@ def held_unsupported(capsule: Capsule, prefix: Sequence[Entry]) -> dict[str, int
 
 
 def score_capsule(capsule: Capsule, prefix: Sequence[Entry], *, quality: str = "ok",
-                  dropped: dict[str, int] | None = None, held: bool = True) -> CapsuleScore:
-    """``capsule`` measured against ``prefix``, the whole history it replaced."""
+                  dropped: dict[str, int] | None = None, held: bool = True, tail: Sequence[Entry] = ()) -> CapsuleScore:
+    """``capsule`` measured against ``prefix``, the whole history it replaced. ``tail``: the entries
+    kept verbatim after it, up to the compaction; the latest user request counts as carried when
+    the capsule quotes it or the tail shows it (the capsule then leaves it out: docs/CAPSULE_FORMAT.md)."""
     facts = extract_facts(prefix)
     truth_files = _paths(facts.files_modified)
     kept_files = _paths(capsule.files_modified)
@@ -211,6 +221,7 @@ def score_capsule(capsule: Capsule, prefix: Sequence[Entry], *, quality: str = "
     quoted = normalise(" ".join(capsule.constraints))
     wanted = quoted_constraints(prefix)
     users = user_messages(prefix)
+    in_tail = bool(user_messages(tail))
     pi_files = _paths(pi_modified_files(prefix))
     return CapsuleScore(
         prefix_entries=len(prefix), quality=quality,
@@ -218,7 +229,7 @@ def score_capsule(capsule: Capsule, prefix: Sequence[Entry], *, quality: str = "
         checks=Recall(sum(checks.get(c) == s for c, s in truth_checks), len(truth_checks)),
         open_errors=Recall(sum(checks.get(c) == "failed" or c in blockers for c in failing), len(failing)),
         constraints=Recall(sum(w in quoted for w in wanted), len(wanted)),
-        latest_request=(capsule.latest_request == latest_request(users[-1])) if users else None,
+        latest_request=True if in_tail else (capsule.latest_request == latest_request(users[-1])) if users else None,
         dropped=dict(dropped or {}), held=held_unsupported(capsule, prefix) if held else {},
         pi_files_modified=Recall(len(truth_files & pi_files), len(truth_files)),
         pi_unsupported_files=len(pi_files - truth_files))
@@ -238,26 +249,39 @@ def measure_replay(source: Sequence[Entry], result: SimulationResult,
     """Each capsule of ``result`` scored against its prefix of ``source``, and the summaries thrown
     away according to the ``flight`` records: (scores, count, tokens, seconds)."""
     scores = []
+    ids = {e.id: i for i, e in enumerate(source) if e.id is not None}
     for capsule, entry in zip(result.capsules, result.capsule_entries, strict=True):
         end = _prefix_end(source, capsule, entry.data.get("firstKeptEntryId"))
+        moment = ids.get(entry.parent_id, end - 1) if entry.parent_id is not None else end - 1  # the leaf then
         by_field = entry.data.get("ungroundedByField") or {}
         scores.append(score_capsule(capsule, source[:end], quality=str(entry.data.get("quality")),
-                                    dropped={str(k): int(v) for k, v in dict(by_field).items()}))
+                                    dropped={str(k): int(v) for k, v in dict(by_field).items()},
+                                    tail=source[end:moment + 1]))
+    return (tuple(scores), *thrown_away(flight))
+
+
+def thrown_away(flight: Sequence[dict[str, object]]) -> tuple[int, int, float]:
+    """The model summaries generated and then not used, per the ``compaction`` flight records: nothing
+    appended, or the local deterministic capsule appended instead (``summary_used`` false). Their
+    count, estimated tokens (request input + summary output) and time (the compactions' durations, s)."""
     wasted = [r for r in flight if r.get("kind") == "compaction" and r.get("generated")
-              and r.get("outcome") != "completed"]
+              and (r.get("outcome") != "completed" or r.get("summary_used") is False)]
     tokens = sum(int(str(r.get("summary_input_tokens") or 0)) + int(str(r.get("summary_output_tokens") or 0))
                  for r in wasted)
     seconds = sum(int(str(r.get("duration_ms") or 0)) for r in wasted) / 1000
-    return tuple(scores), len(wasted), tokens, seconds
+    return len(wasted), tokens, seconds
 
 
 def run_one(path: Path, window: tuple[int, int, int], summarizer: Summarizer | None, label: str,
-            name: str | None = None) -> ReplayScore:
-    """Replay ``path`` at ``window`` with ``summarizer`` (None: the offline engine) and score it."""
+            name: str | None = None, *, timeout_ms: int | None = None) -> ReplayScore:
+    """Replay ``path`` at ``window`` with ``summarizer`` (None: the offline engine) and score it.
+    ``timeout_ms``: the compaction's ``timeoutMs`` (default 15,000), past which a model's summary is
+    abandoned for the local capsule (a small model on a loaded machine needs longer)."""
     snap = snapshot(path)
     source = list(snap.path)
     context, output, keep = window
-    config = simulation_config({"contextWindow": context, "maxOutputTokens": output, "keepRecentTokens": keep})
+    config = simulation_config({"contextWindow": context, "maxOutputTokens": output, "keepRecentTokens": keep,
+                                **({"timeoutMs": timeout_ms} if timeout_ms is not None else {})})
     with tempfile.TemporaryDirectory() as tmp:
         recorder = FlightRecorder(Path(tmp) / "flight.jsonl")
         start = time.perf_counter()
@@ -301,11 +325,28 @@ def _fields(counts: Iterable[dict[str, int]]) -> str:
     return ", ".join(f"{k} {n}" for k, n in sorted(total.items())) or "0"
 
 
+NOT_REPRODUCED = "not reproduced (model text)"
+
+
+def _model_cells(group: Sequence[ReplayScore], caps: Sequence[CapsuleScore]) -> list[str]:
+    """The cells that measure a summary's text (checks, open errors, constraints, latest request)
+    and the summaries thrown away: ``not reproduced`` for pi's rows, which call no model."""
+    if not all(r.model_text for r in group):
+        return [NOT_REPRODUCED] * 4 + ["not reproduced (model calls)"]
+    latest = [c.latest_request for c in caps if c.latest_request is not None]
+    return [_pooled(c.checks for c in caps), _pooled(c.open_errors for c in caps),
+            _pooled(c.constraints for c in caps),
+            f"{100 * sum(latest) / len(latest):.0f}% ({len(latest):,})" if latest else "–",
+            f"{sum(r.thrown_away for r in group)}, {sum(r.thrown_away_tokens for r in group):,}, "
+            f"{sum(r.thrown_away_seconds for r in group):.1f}"]
+
+
 def table(rows: Sequence[ReplayScore]) -> str:
     """Markdown: one line per (summarizer, window) over all transcripts, capsules pooled."""
     head = ("| summarizer | window/out/keep | transcripts (≥3 compactions) | capsules | files modified | "
             "checks + status | open errors | constraints quoted | latest request | ungrounded dropped / capsule "
-            "| ungrounded held / capsule | thrown away (n, tokens, s) | pi rule: files modified (unsupported) |")
+            "| ungrounded held / capsule | thrown away (n, tokens, s) | pi rule re-implemented: files modified "
+            "(unsupported) |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     groups: dict[tuple[str, tuple[int, int, int]], list[ReplayScore]] = {}
     for r in rows:
@@ -313,35 +354,31 @@ def table(rows: Sequence[ReplayScore]) -> str:
     for (label, window), group in groups.items():
         caps = [c for r in group for c in r.capsules]
         n = max(len(caps), 1)
-        latest = [c.latest_request for c in caps if c.latest_request is not None]
-        latest_cell = f"{100 * sum(latest) / len(latest):.0f}% ({len(latest):,})" if latest else "–"
+        checks, errors, constraints, latest, thrown = _model_cells(group, caps)
         dropped = sum(sum(c.dropped.values()) for c in caps)
         held = sum(sum(c.held.values()) for c in caps)
         lines.append(
             f"| {label} | {window[0]:,}/{window[1]:,}/{window[2]:,} | {len(group)} "
             f"({sum(len(r.capsules) >= 3 for r in group)}) | {len(caps):,} "
-            f"| {_pooled(c.files_modified for c in caps)} | {_pooled(c.checks for c in caps)} "
-            f"| {_pooled(c.open_errors for c in caps)} | {_pooled(c.constraints for c in caps)} "
-            f"| {latest_cell} | {dropped / n:.2f} ({_fields(c.dropped for c in caps)}) "
-            f"| {held / n:.2f} ({_fields(c.held for c in caps)}) "
-            f"| {sum(r.thrown_away for r in group)}, {sum(r.thrown_away_tokens for r in group):,}, "
-            f"{sum(r.thrown_away_seconds for r in group):.1f} "
+            f"| {_pooled(c.files_modified for c in caps)} | {checks} | {errors} | {constraints} | {latest} "
+            f"| {dropped / n:.2f} ({_fields(c.dropped for c in caps)}) "
+            f"| {held / n:.2f} ({_fields(c.held for c in caps)}) | {thrown} "
             f"| {_pooled(c.pi_files_modified for c in caps)} ({sum(c.pi_unsupported_files for c in caps)}) |")
     return "\n".join(lines)
 
 
 def per_transcript(rows: Sequence[ReplayScore]) -> str:
     head = ("| transcript | summarizer | window | capsules | files | checks | open errors | constraints | latest "
-            "| pi files |")
+            "| held | pi files |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         c = r.capsules
+        checks, errors, constraints, latest, _ = _model_cells([r], c)
+        if r.model_text:
+            latest = _mean(float(x.latest_request) if x.latest_request is not None else None for x in c)
         lines.append(f"| {r.name} | {r.summarizer} | {r.window[0]:,} | {len(c)} "
-                     f"| {_pooled(x.files_modified for x in c)} "
-                     f"| {_pooled(x.checks for x in c)} | {_pooled(x.open_errors for x in c)} "
-                     f"| {_pooled(x.constraints for x in c)} "
-                     f"| {_mean(float(x.latest_request) if x.latest_request is not None else None for x in c)} "
-                     f"| {_pooled(x.pi_files_modified for x in c)} |")
+                     f"| {_pooled(x.files_modified for x in c)} | {checks} | {errors} | {constraints} | {latest} "
+                     f"| {_fields(x.held for x in c)} | {_pooled(x.pi_files_modified for x in c)} |")
     return "\n".join(lines)
 
 
@@ -354,6 +391,29 @@ def _window(text: str) -> tuple[int, int, int]:
     return context, output, keep
 
 
+def _pi_rows(found: Sequence[Path], windows: Sequence[tuple[int, int, int]], name: Callable[[Path], str],
+             rows: list[ReplayScore]) -> str:
+    """Append pi's rows (bench/pi_continuity.py) to ``rows``; what was and was not reproduced."""
+    import pi_continuity  # beside this file; it imports this module
+
+    reason = pi_continuity.pi_skip_reason()
+    if reason is not None:
+        return f"pi rules: not run: {reason}"
+    skipped: set[Path] = set()
+    for window in windows:
+        for path in found:
+            row = pi_continuity.pi_row(path, window, name(path))
+            if row is None:
+                skipped.add(path)
+                continue
+            rows.append(row)
+            print(f"{row.summarizer} {window[0]:>6} {len(row.capsules):>3} compactions {row.name}", file=sys.stderr,
+                  flush=True)
+    return (f"pi rules: run on {len(found) - len(skipped)} of {len(found)} transcripts; the other {len(skipped)} "
+            f"have no pi read/write/edit call with a path (their agents used bash, str_replace_editor …), so pi's "
+            f"file lists would be empty by construction: not reproduced there")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("folders", nargs="*", type=Path, help=f"transcript folders or files (default: {SHARED})")
@@ -363,23 +423,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="at most this many transcripts (largest first)")
     parser.add_argument("--summarizer", choices=("offline", "inventive", "both"), default="both")
     parser.add_argument("--per-transcript", action="store_true", help="also print one line per replay")
+    parser.add_argument("--no-pi", action="store_true", help="leave out pi's rules (bench/pi_continuity.py)")
     args = parser.parse_args(argv)
     found = transcripts(args.folders or [SHARED])
     if args.limit is not None:
         found = sorted(found, key=lambda p: -p.stat().st_size)[:args.limit]
     labels = ["offline", "inventive"] if args.summarizer == "both" else [args.summarizer]
     rows = []
+
+    def name(path: Path) -> str:
+        return os.path.relpath(path, args.folders[0] if len(args.folders) == 1 and args.folders[0].is_dir()
+                               else path.parent)
+
     for label in labels:
         for window in args.windows:
             for path in found:
                 summarizer = InventiveSummarizer() if label == "inventive" else None
-                row = run_one(path, window, summarizer, label,
-                              name=os.path.relpath(path, args.folders[0] if len(args.folders) == 1 and
-                                                   args.folders[0].is_dir() else path.parent))
+                row = run_one(path, window, summarizer, label, name=name(path))
                 rows.append(row)
                 print(f"{label} {window[0]:>6} {len(row.capsules):>3} capsules {row.replay_seconds:5.1f}s {row.name}",
                       file=sys.stderr, flush=True)
+    pi_note = None if args.no_pi else _pi_rows(found, args.windows, name, rows)
     print(table(rows))
+    if pi_note:
+        print(f"\n{pi_note}")
     if args.per_transcript:
         print()
         print(per_transcript(rows))

@@ -272,13 +272,13 @@ _CATEGORY_FIELDS = {"kind", "trigger", "outcome", "quality", "source", "summary_
 FLIGHT_COLUMNS = ("kind", "ts", "session_id", "inference", "effective", "hard_limit", "soft_limit", "context_window",
                   "source", "operation_id", "trigger", "outcome", "reason", "tokens_before", "tokens_after",
                   "reclaimed_tokens", "reclaimed_percent", "checkpoint_id", "duration_ms", "quality",
-                  "generated", "skipped_before_generation", "predicted_after", "measured_after",
+                  "generated", "skipped_before_generation", "summary_used", "predicted_after", "measured_after",
                   "summary_input_tokens", "summary_output_tokens", "wasted_ms", "wasted_tokens",
                   "summary_cost_usd", "summary_cost_status")
 _INT_FIELDS = {"inference", "effective", "hard_limit", "soft_limit", "context_window", "tokens_before",
                "tokens_after", "reclaimed_tokens", "duration_ms", "estimated", "predicted_after", "measured_after",
                "summary_input_tokens", "summary_output_tokens", "wasted_ms", "wasted_tokens"}
-_BOOL_FIELDS = {"generated", "skipped_before_generation"}
+_BOOL_FIELDS = {"generated", "skipped_before_generation", "summary_used"}
 _FLOAT_FIELDS = {"reclaimed_percent", "summary_cost_usd"}
 _STRING_FIELDS = {"session_id", "operation_id", "reason", "checkpoint_id"}
 
@@ -299,11 +299,12 @@ def _flatten(record: Mapping[str, Any], prefix: str = "", out: dict[str, Any] | 
 def _wasted(row: dict[str, Any]) -> dict[str, Any]:
     """``row`` with what its compaction spent on a summary that was thrown away: the duration and
     the summary request's estimated tokens when a summary was requested (``generated``) and
-    nothing was appended; 0 for any other compaction; missing (NA) for budget records and for
-    compaction records written before ``generated`` was recorded."""
+    nothing was appended, or the local deterministic capsule was appended instead (``summary_used``
+    false); 0 for any other compaction; missing (NA) for budget records and for compaction records
+    written before ``generated`` was recorded."""
     if row.get("kind") != "compaction" or not isinstance(row.get("generated"), bool):
         return row
-    thrown_away = row["generated"] and row.get("outcome") != "completed"
+    thrown_away = row["generated"] and (row.get("outcome") != "completed" or row.get("summary_used") is False)
     tokens = sum(v for v in (row.get("summary_input_tokens"), row.get("summary_output_tokens")) if isinstance(v, int))
     duration = row.get("duration_ms")
     return {**row, "wasted_ms": (duration if isinstance(duration, int) else None) if thrown_away else 0,
@@ -382,7 +383,7 @@ def flight_records(path_or_session: SessionLike) -> pd.DataFrame:
     (category), ``operation_id`` (string), ``trigger``, ``outcome`` (category), ``reason``
     (string), ``tokens_before``, ``tokens_after``, ``reclaimed_tokens`` (Int64),
     ``reclaimed_percent`` (float64), ``checkpoint_id`` (string), ``duration_ms`` (Int64),
-    ``quality`` (category); ``generated``, ``skipped_before_generation`` (boolean),
+    ``quality`` (category); ``generated``, ``skipped_before_generation``, ``summary_used`` (boolean),
     ``predicted_after``, ``measured_after``, ``summary_input_tokens``, ``summary_output_tokens``,
     ``wasted_ms``, ``wasted_tokens`` (Int64), ``summary_cost_usd`` (float64: what the compaction's
     summary requests cost in dollars; 0 for a local model, NaN when unknown or on older records)
@@ -396,7 +397,9 @@ def flight_records(path_or_session: SessionLike) -> pd.DataFrame:
     ``summary_output_tokens`` the request's estimated size. ``wasted_ms`` and ``wasted_tokens``
     are what a *thrown-away* summary cost: its compaction's duration and those tokens when a
     summary was requested and nothing was appended (skipped by the post-generation ROI,
-    cancelled, stale, failed), else 0 (NA on budget rows and on older records). Totals:
+    cancelled, stale, failed) or the local deterministic capsule was appended instead of it
+    (``summary_used`` false: the model's would have grown the context, or was partial and larger),
+    else 0 (NA on budget rows and on older records). Totals:
     ``df[["wasted_ms", "wasted_tokens"]].sum()``; the post-generation ROI misses alone:
     ``df[df.generated.fillna(False) & (df.outcome == "skipped")]``, and their rate among soft
     summaries is that count over ``df.generated.fillna(False) & df.trigger.isin(["milestone",

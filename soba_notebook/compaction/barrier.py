@@ -603,7 +603,7 @@ class CompactionEngine:
         if (gate := op.soft_retry_gate()) is not None:
             self._soft_retry_at = gate
         if self.parts.flight is not None:
-            self.parts.flight.record("compaction", {**result.flight_record(op.check),
+            self.parts.flight.record("compaction", {**result.flight_record(op.check), "summary_used": op.summary_used,
                                                     **(spent.to_record("summary_cost") if spent is not None else {})})
         self.last_outcome = result
         self.publish()  # the next request as SOBA will send it: what every display shows from now on

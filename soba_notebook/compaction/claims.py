@@ -24,6 +24,7 @@ Nothing here reads a file or a transcript: the history arrives as strings.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -158,7 +159,8 @@ class Mention:
 
 _EXTENSIONS = ("py|ipynb|md|rst|txt|json|jsonl|csv|tsv|toml|yaml|yml|cfg|ini|js|jsx|ts|tsx|html|css|sh|sql|rs|go|"
                "c|h|cc|cpp|hpp|java|kt|rb|php|r|xml|lock|parquet|pkl|log|env")
-_FILE = re.compile(rf"(?<![\w/.-])((?:[\w.-]+/)*[\w-][\w.-]*\.(?:{_EXTENSIONS}))(?![\w/-])", re.IGNORECASE)
+#: a file by name or path: relative, ``./``, ``~/`` or absolute; trailing prose punctuation is not part of it
+_FILE = re.compile(rf"(?<![\w/.~-])((?:~?/)?(?:[\w.-]+/)*[\w-][\w.-]*\.(?:{_EXTENSIONS}))(?![\w/-])", re.IGNORECASE)
 _BACKTICKED = re.compile(r"`([^`\n]{2,200})`")
 _EXECUTABLES = ("python3", "python", "pytest", "pip3", "pip", "uv", "git", "npm", "npx", "node", "make", "ruff",
                 "mypy", "jupyter", "bash", "sh", "cargo", "go", "conda", "poetry", "tox", "nox", "docker", "curl")
@@ -170,15 +172,38 @@ _CELL = re.compile(r"\bcell\s*(?:#|no\.?|number|index|id)?\s*\[?(\d+)\]?|\bIn\s*
 _ERROR = re.compile(r"\b([A-Z]\w*(?:Error|Exception|Warning))\b")
 
 
+_GLOB = re.compile(r"[*?\[]")
+#: what a shell word can match in the history's text: not whitespace, a quote or a JSON escape
+_GLOB_CHAR = r"[^\s\"'`\\]"
+_LINE_SUFFIX = re.compile(r"(?<=\w):\d+(?::\d+)?$")
+
+
+def _shell_words(command: str) -> list[str]:
+    """``command`` split into words as a shell does: quotes removed, a quoted phrase one word
+    (``rg 'def parse' src/`` is ``rg``, ``def parse``, ``src/``). Prose no shell could parse (an
+    apostrophe, a quote left open by the sentence) is split at whitespace, its quotes stripped."""
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return [p.strip("'\"`") for p in command.split()]
+
+
+def _bare(word: str) -> str:
+    """A shell word without what the prose around it added: an opening bracket or quote, closing
+    punctuation (``tests/``, ``./run.sh`` and ``*.py`` keep their own), a ``:line`` after a path."""
+    return _LINE_SUFFIX.sub("", word.lstrip("('\"`").rstrip(".,;:!?)'\"`"))
+
+
 def _significant(command: str) -> tuple[str, ...]:
-    """The parts of a command the history must show: the executable, flags, paths, dotted names,
-    the module after ``-m``; plain prose words after it are not checked."""
-    parts = [p.strip(".,;:)(") for p in command.split()]
-    keep = parts[:1]
-    for i, part in enumerate(parts[1:], start=1):
-        if parts[i - 1] == "-m" or re.search(r"[-./_=:\d]", part):
-            keep.append(part)
-    return tuple(p for p in keep if p)
+    """The words of a command the history must show, unquoted (:func:`_shell_words`): the
+    executable, flags, paths, patterns, dotted names, the module after ``-m``; plain prose words
+    after it are not checked."""
+    words = [_bare(w) for w in _shell_words(command)]
+    keep = words[:1]
+    for i, word in enumerate(words[1:], start=1):
+        if words[i - 1] == "-m" or re.search(r"[-./_=:\d]", word):
+            keep.append(word)
+    return tuple(w for w in keep if w)
 
 
 def mentions(text: str) -> tuple[Mention, ...]:
@@ -187,8 +212,8 @@ def mentions(text: str) -> tuple[Mention, ...]:
     spans = [m.group(1) for m in _BACKTICKED.finditer(text)]
     prose = _BACKTICKED.sub(" ", text)
     for span in spans:
-        if _FILE.fullmatch(span.strip()):
-            found[Mention("file", span.strip().casefold())] = None
+        if _FILE.fullmatch(_bare(span.strip())):
+            found[Mention("file", _bare(span.strip()).casefold())] = None
         else:
             for part in _significant(span.strip()):
                 found[Mention("command", part.casefold())] = None
@@ -215,15 +240,57 @@ def _cell_shown(number: str, history: str) -> bool:
     return re.search(rf"\b(?:cell(?: (?:index|id|number|no))?|in|execution count) {number}\b", spaced) is not None
 
 
+def _as_pattern(glob: str) -> re.Pattern[str]:
+    """A shell glob as a pattern over the history's text: ``*`` and ``?`` stay inside one word, a
+    ``[…]`` set is a set (a malformed one is read literally)."""
+    out, i = [], 0
+    while i < len(glob):
+        ch, close = glob[i], glob.find("]", i + 2) if glob[i] == "[" else -1
+        body = "".join(c if c == "-" else re.escape(c) for c in glob[i + 1:close]) if close != -1 else ""
+        if ch == "*":
+            out.append(f"{_GLOB_CHAR}*")
+        elif ch == "?":
+            out.append(_GLOB_CHAR)
+        elif body.lstrip("!\\^"):  # escaped: ``!`` stays ``!``, ``^`` is ``\^``
+            negated = body.startswith(("!", "\\^"))
+            out.append("[^" + body.removeprefix("!").removeprefix("\\^") + "]" if negated else "[" + body + "]")
+            i = close
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    try:
+        return re.compile("".join(out))
+    except re.error:  # a set no regular expression accepts (``[z-a]``): the glob as written
+        return re.compile(re.escape(glob))
+
+
+def _word_shown(word: str, history: str) -> bool:
+    """Whether the history shows a command's ``word``: as written (or with its backslashes doubled,
+    as a tool call's JSON arguments hold them); as the path it names (without
+    ``./`` or a trailing ``/``, or ``~/`` as any home: ``/.config/x``), standing alone; or, for a
+    glob or pattern (``test_*``, ``*.py``, ``foo.*bar``), something the history holds matches it."""
+    if word in history or ("\\" in word and word.replace("\\", "\\\\") in history):  # as JSON escapes it
+        return True
+    path = word.removeprefix("./").rstrip("/")
+    if path.startswith("~/"):
+        path = path[1:]
+    if path and path != word and re.search(rf"(?<![\w.-]){re.escape(path)}(?![\w-])", history):
+        return True
+    return _GLOB.search(word) is not None and _as_pattern(word).search(history) is not None
+
+
 def unsupported_mentions(text: str, history: str) -> tuple[Mention, ...]:
     """The things ``text`` names that ``history`` (:func:`haystack`) never shows: a file by its
-    path or, failing that, its name; a command part, an error name as written; a cell by number."""
+    path or, failing that, its name; a command word as the shell reads it (:func:`_word_shown`); an
+    error name as written; a cell by number."""
     missing = []
     for m in mentions(text):
         if m.kind == "cell":
             shown = _cell_shown(m.text, history)
         elif m.kind == "file":
             shown = m.text in history or m.text.rsplit("/", 1)[-1] in history
+        elif m.kind == "command":
+            shown = _word_shown(m.text, history)
         else:
             shown = m.text in history
         if not shown:

@@ -134,6 +134,14 @@ class Operation:
     def chosen(self) -> Candidate | None:
         return self.candidates[-1] if self.candidates else None
 
+    @property
+    def summary_used(self) -> bool:
+        """Whether a model summary was generated and became the appended capsule; a generated one that
+        did not (skipped, failed, or replaced by the local deterministic capsule) was thrown away."""
+        chosen = self.chosen
+        return (self.attempt.generated and self.outcome == "completed" and chosen is not None
+                and chosen.why == "model" and chosen.quality != "degraded")
+
     def choose(self, candidate: Candidate, plan: CompactionPlan | None = None) -> Operation:
         return replace(self, candidates=(*self.candidates, candidate), plan=plan or self.plan)
 

@@ -46,6 +46,15 @@ def test_recall_of_a_small_history_matches_the_hand_count() -> None:
     assert score.held == {"verification": 1}
 
 
+def test_the_latest_request_is_carried_by_the_capsule_or_by_the_tail_that_shows_a_newer_one() -> None:
+    prefix, tail = HISTORY[:-1], HISTORY[-1:]  # the last user message is kept verbatim in the tail
+    assert continuity.score_capsule(Capsule(), prefix, tail=tail).latest_request is True
+    assert continuity.score_capsule(Capsule(), prefix).latest_request is False  # the prefix's request is lost
+    quoted = Capsule(latest_request="never edit the tests folder")
+    assert continuity.score_capsule(quoted, prefix).latest_request is True
+    assert continuity.score_capsule(Capsule(), prefix, tail=HISTORY[-2:-1]).latest_request is False  # no user there
+
+
 def test_a_held_constraint_no_user_message_supports_is_counted_by_field() -> None:
     capsule = Capsule(constraints=("User: never edit the tests folder", continuity.INVENTED_CONSTRAINT),
                       files_modified=("src/lexer.py", continuity.INVENTED_FILE))
@@ -74,6 +83,18 @@ def test_three_compactions_in_a_row_each_scored_and_the_inventive_control_is_dro
     for c in control.capsules:  # each capsule's three inventions were dropped, none is held
         assert c.dropped.get("constraints", 0) >= 1 and c.dropped.get("filesModified") == 1
         assert "constraints" not in c.held and "filesModified" not in c.held
+
+
+def test_summaries_thrown_away_are_the_generated_ones_not_appended_or_replaced_by_the_local_capsule() -> None:
+    base = {"kind": "compaction", "summary_input_tokens": 1_000, "summary_output_tokens": 200, "duration_ms": 1_500}
+    flight = [
+        {**base, "generated": True, "outcome": "completed", "summary_used": True},  # used
+        {**base, "generated": True, "outcome": "skipped"},  # the ROI rejected it after generation
+        {**base, "generated": True, "outcome": "completed", "summary_used": False},  # the local capsule won
+        {**base, "generated": False, "outcome": "skipped"},  # nothing generated, nothing thrown away
+        {"kind": "budget", "generated": True},
+    ]
+    assert continuity.thrown_away(flight) == (2, 2_400, 3.0)
 
 
 def test_bad_window_argument_is_named() -> None:

@@ -222,3 +222,25 @@ def test_replaying_the_real_pi_session_no_requested_soft_summary_is_thrown_away(
     assert len(misses_before) > 10, "the problem the prediction solves: summaries requested, then thrown away"
     assert [r["reason"] for r in misses_after] == []
     assert len(completed_after) >= 3
+
+
+def test_a_model_summary_replaced_by_the_smaller_local_capsule_counts_as_thrown_away(tmp_path: Path) -> None:
+    summ = FakeSummarizer(answer=_bloated)  # the model's capsule would grow the context: the local one is appended
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), summ)
+    fill(store, 9000)
+    outcome = asyncio.run(engine.compact(Trigger.USER))
+    assert outcome.outcome == "completed" and outcome.quality == "degraded" and outcome.generated
+    (record,) = [r for r in read_flight_records(tmp_path / "flight.jsonl") if r["kind"] == "compaction"]
+    assert record["summary_used"] is False
+    comp = views.flight_records(tmp_path / "flight.jsonl")
+    comp = comp[comp["kind"] == "compaction"].iloc[0]
+    assert comp["wasted_tokens"] == comp["summary_input_tokens"] + comp["summary_output_tokens"] > 0
+    assert comp["wasted_ms"] == comp["duration_ms"]
+
+
+def test_a_model_summary_that_became_the_capsule_is_used(tmp_path: Path) -> None:
+    store, engine, _ = make_engine(tmp_path, small_config(tmp_path), FakeSummarizer())
+    fill(store, 14000)
+    assert asyncio.run(engine.compact(Trigger.USER)).quality == "ok"
+    (record,) = [r for r in read_flight_records(tmp_path / "flight.jsonl") if r["kind"] == "compaction"]
+    assert record["generated"] is True and record["summary_used"] is True
