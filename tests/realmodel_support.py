@@ -53,7 +53,7 @@ SERVER_CONTEXT = 4096
 #: llama-cpp-python's prompt cache, by its own count (the KV state of each saved prompt, about 56 MB
 #: here; each entry also holds a copy of the logits, about 100 MB, that the count leaves out): room
 #: for the last few prompts, which is what a turn after a summary request needs. Its default, 2 GiB
-#: by that count, grew the server past 20 GB in one run of the figures module.
+#: by that count, lets the real footprint grow far past that (docs/BENCHMARKS.md).
 PROMPT_CACHE_BYTES = 256 * 1024 * 1024
 #: how long a step may wait for the server: far past any request it can be given (at most
 #: SERVER_CONTEXT tokens), so only a hung server reaches it, never a slow or busy machine
