@@ -192,7 +192,10 @@ def test_a_soft_summary_is_thrown_away_only_when_the_prediction_was_optimistic_a
     # The soft limit sits under the session's size, so every turn's first preflight is a soft
     # (auto_threshold) attempt: a 135M model's turns rarely complete (they end on the step limit),
     # so turn_complete intents alone would seldom ask for one. ``seed-gate-only`` is the code before
-    # the prediction (the seed's pre-generation gate alone): what the prediction saves.
+    # the prediction (the seed's pre-generation gate alone): what the prediction saves. It stops after
+    # the first turn that leaves both a gate skip and a thrown-away summary in the flight records
+    # (what its assertions read; the seed's gate throws most summaries away, so that comes early),
+    # unless SOBA_FIGURES_ALL_TURNS=1 asks for the eight turns the miss-rate table was made of.
     config = project_config(server, keepRecentTokens=300, minTokensForAutoCompact=1000,
                             autoCompactThresholdRatio=0.3)
     project = _project(tmp_path, config)
