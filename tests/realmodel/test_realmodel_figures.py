@@ -93,7 +93,7 @@ def _gate_skip_and_thrown_away_summary(project: Path) -> bool:
     soft compaction skipped before generation (no summary may have been requested for it) and a
     summary that was requested and thrown away (its cost must be in the flight view)."""
     soft = [r for r in _compactions(project) if r["trigger"] in SOFT]
-    return (any(r["skippedBeforeGeneration"] for r in soft)
+    return (any(r["skipped_before_generation"] for r in soft)
             and any(r["generated"] and r["outcome"] == "skipped" for r in soft))
 
 
@@ -247,5 +247,5 @@ def test_a_soft_summary_is_thrown_away_only_when_the_prediction_was_optimistic_a
           f"{len(soft)}, summaries requested {len(generated)}, thrown away {len(misses)} (miss rate {rate:.0%}), "
           f"skipped by the prediction {len(predicted_skips)}, completed {completed}, "
           f"time on thrown-away summaries {int(thrown.wasted_ms.sum()) / 1000:,.1f} s, tokens "
-          f"{int(thrown.wasted_tokens.sum()):,}; factors {[r.get('predictionFactor') for r in soft]}; "
+          f"{int(thrown.wasted_tokens.sum()):,}; factors {[r.get('prediction_factor') for r in soft]}; "
           f"(outcome, predicted, measured, before) {shown}")
