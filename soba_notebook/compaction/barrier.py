@@ -394,7 +394,7 @@ class CompactionEngine:
         op = self._observe(op, generated, capsule, quality, after)
         op = op.choose(Candidate(capsule, quality, note, after, by_field, why="model"))
         if quality == "partial":  # the checks rejected it: the deterministic capsule replaces it when smaller
-            op = self._instead_of_partial(op)
+            op = await self._instead_of_partial(op)
             quality, after = op.candidates[-1].quality, op.candidates[-1].after
         trigger = op.trigger
         if trigger not in EXEMPT_FROM_SOFT_ROI:
@@ -501,15 +501,19 @@ class CompactionEngine:
                                              f"({plan.tokens_before:,} → {model_after:,} tokens); the local "
                                              f"deterministic capsule was used"), after, (), why="local")
 
-    def _instead_of_partial(self, op: Operation) -> Operation:
+    async def _instead_of_partial(self, op: Operation) -> Operation:
         """The plan's deterministic capsule chosen over the model's partial one (incomplete or holding
         junk) when it renders smaller, as an explicit compaction prefers it over a capsule that grows the
-        context; the model's drop counts stay on the record. Else ``op`` unchanged."""
+        context; the model's drop counts stay on the record. Else ``op`` unchanged. The server counts
+        the local capsule's text first, as it counted the model's: the summary is done, so it is idle,
+        and without the count "after" is the local estimate of text the model's tokenizer may split
+        finer (about 5% low for SmolLM2)."""
         plan, model = self._plan_of(op), op.chosen
         local = op.local or self._fitted(op)
         assert model is not None, "called once the model's capsule is a candidate"
         if self._rendered_tokens(op, local, "degraded") >= self._rendered_tokens(op, model.capsule, model.quality):
             return op
+        await self.text_counts.learn(self._capsule_text(op, local, "degraded"))
         note = (f"the model's capsule was rejected ({model.note or 'partial'}); the smaller local deterministic "
                 f"capsule was used")
         return op.choose(Candidate(local, "degraded", note, self._measure_after(op, plan, local, "degraded"),

@@ -189,6 +189,21 @@ def test_a_local_capsule_that_replaces_a_model_capsule_too_large_is_counted_by_t
     assert budget == outcome.tokens_after
 
 
+def test_a_local_capsule_that_replaces_a_partial_model_capsule_is_counted_by_the_server_too(
+        tmp_path: Path, fake_server: FakeServer) -> None:
+    # the checks rejected the model's capsule (a one-word next step is junk) and the smaller local one
+    # replaced it; the summary is done, so the server counts the local one, which "after" rests on
+    pending = [f"step {i} of the parser plan: keep every node's source span and line" for i in range(10)]
+    agent, outcome, budget = _compacted(tmp_path, fake_server, _words_doubled, summary=json.dumps(
+        {"goal": "keep the parser's spans", "nextSteps": ["ok"], "pending": pending}))
+    assert outcome.quality == "degraded" and "was rejected" in (outcome.reason or ""), outcome
+    text = _capsule_text(agent)
+    asked = [body["input"] for path, body in fake_server.other_posts if path == "/extras/tokenize/count"]
+    assert asked[-2:] == [text, ""], "the local capsule is counted as it is sent"
+    assert agent.engine.inputs.capsule.data["textTokens"] == WORD_TOKENS * len(text.split())
+    assert budget == outcome.tokens_after
+
+
 def test_a_local_capsule_that_the_servers_count_makes_larger_than_the_history_is_not_appended(
         tmp_path: Path, fake_server: FakeServer) -> None:
     # The local capsule that would replace a model capsule too large is decided on the server's
